@@ -1,0 +1,93 @@
+// The Backend interface: memory, streams and kernels of one device, behind which the CPU, the CUDA GPU and the
+// simulated GPU sit. The partitioner asks Supports() and the profile, never names. Only the executor calls the
+// memory-movement half (copies, events, streams).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/dtype.h"
+#include "cpu_backend/kernels.h"
+
+namespace tandem {
+
+using cpu::AttentionParams;
+using cpu::KvLayer;
+using cpu::RopeParams;
+using cpu::WeightMatrix;
+
+enum class Op { kGetRows, kRmsNorm, kMatMul, kRope, kAttention, kSwiGlu, kAdd, kMoeRoute };
+
+// Streams: compute runs on kCompute; weight prefetch and activation transfers on kCopy.
+enum class Stream { kCompute = 0, kCopy = 1 };
+
+// Sizes a backend's workspace once, at planning, so nothing is allocated per token.
+struct WorkspaceSpec {
+  int64_t max_tokens = 1;   // largest batch
+  int64_t max_cols = 0;     // widest matmul input
+  int64_t max_rows = 0;     // widest matmul output
+  int64_t n_ctx = 0;        // KV length
+  int n_head = 0;
+  int n_threads = 1;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // For display and logs only.
+  virtual std::string_view name() const = 0;
+  // True when this backend's memory is the host's own and needs no copy to be read by the CPU.
+  virtual bool host_memory() const = 0;
+  virtual bool Supports(Op op, DType weight_type) const = 0;
+
+  // ---- Memory: a pool with a hard capacity; peak is tracked ----
+  virtual absl::StatusOr<void*> Alloc(size_t bytes, std::string_view what) = 0;
+  virtual void Free(void* p) = 0;
+  virtual size_t capacity() const = 0;
+  virtual size_t bytes_in_use() const = 0;
+  virtual size_t peak_bytes() const = 0;
+  // Host memory the device can copy from quickly (pinned). Not counted against capacity.
+  virtual absl::StatusOr<void*> AllocHostPinned(size_t bytes) = 0;
+  virtual void FreeHostPinned(void* p) = 0;
+  // Scratch for the kernels, sized once. Call before any compute.
+  virtual absl::Status ReserveWorkspace(const WorkspaceSpec& spec) = 0;
+
+  // ---- Movement (executor only). Asynchronous on `s`. ----
+  virtual absl::Status CopyHostToDevice(void* dst, const void* src, size_t n, Stream s) = 0;
+  virtual absl::Status CopyDeviceToHost(void* dst, const void* src, size_t n, Stream s) = 0;
+  // Events order work across streams: Record on one stream, Wait on another.
+  virtual absl::StatusOr<int> CreateEvent() = 0;
+  virtual absl::Status RecordEvent(int event, Stream s) = 0;
+  virtual absl::Status WaitEvent(int event, Stream s) = 0;   // s waits for the event
+  virtual absl::Status Synchronize(Stream s) = 0;             // host waits for s
+
+  // ---- Compute, on Stream::kCompute. Pointers are this backend's memory. ----
+  // Errors inside kernels (a failed launch) are sticky: TakeError() returns and clears the first one.
+  virtual void GetRows(const WeightMatrix& table, const int32_t* ids, int64_t n_tok, float* y) = 0;
+  virtual void RmsNorm(const float* x, const float* w, int64_t n_tok, int64_t n, float eps, float* y) = 0;
+  virtual void MatMul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y) = 0;
+  virtual void Rope(float* x, int64_t n_tok, const int32_t* pos, const RopeParams& p) = 0;
+  virtual void KvStore(const KvLayer& kv, const float* k, const float* v, int64_t n_tok, int64_t pos0) = 0;
+  virtual void Attention(const float* q, const KvLayer& kv, int64_t n_tok, int64_t pos0, const AttentionParams& p,
+                         float* out) = 0;
+  virtual void SwiGlu(const float* g, const float* u, int64_t n, float* y) = 0;
+  virtual void Add(const float* a, const float* b, int64_t n, float* y) = 0;
+  virtual void Scale(const float* x, float s, int64_t n, float* y) = 0;            // y = s * x
+  virtual void AddScaled(const float* x, float s, int64_t n, float* y) = 0;        // y += s * x
+  // Softmax top-k router; ids and weights are written to HOST memory (the executor groups tokens by expert).
+  virtual void MoeRoute(const float* logits, int64_t n_tok, int n_expert, int k, int32_t* ids_host,
+                        float* weights_host) = 0;
+  // Gathers rows: y[i] = x[idx[i]] (idx in host memory), and scatters back with a weight: y[idx[i]] += s[i] * x[i].
+  virtual void GatherRows(const float* x, const int32_t* idx_host, int64_t n_idx, int64_t n, float* y) = 0;
+  virtual void ScatterAddRows(const float* x, const int32_t* idx_host, const float* w_host, int64_t n_idx,
+                              int64_t n, float* y) = 0;
+
+  virtual absl::Status TakeError() = 0;
+};
+
+}  // namespace tandem

@@ -1,0 +1,85 @@
+#include "tests/testutil.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+namespace tandem::test {
+
+std::string DataPath(const std::string& rel) { return std::string(TANDEM_TESTDATA_DIR) + "/" + rel; }
+std::string ModelPath(const std::string& file) { return std::string(TANDEM_SOURCE_DIR) + "/models/" + file; }
+std::string TandemBin() { return TANDEM_BIN; }
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+nlohmann::json ReadJson(const std::string& path) { return nlohmann::json::parse(ReadFile(path)); }
+
+std::vector<float> ReadF32(const std::string& path) {
+  std::string s = ReadFile(path);
+  std::vector<float> v(s.size() / sizeof(float));
+  std::memcpy(v.data(), s.data(), v.size() * sizeof(float));
+  return v;
+}
+
+double Nmse(std::span<const float> a, std::span<const float> b) {
+  if (a.size() != b.size()) return std::numeric_limits<double>::infinity();
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double d = static_cast<double>(a[i]) - b[i];
+    num += d * d;
+    den += static_cast<double>(b[i]) * b[i];
+  }
+  if (std::isnan(num)) return std::numeric_limits<double>::infinity();
+  return den > 0 ? num / den : num;
+}
+
+double MaxAbsDiff(std::span<const float> a, std::span<const float> b) {
+  if (a.size() != b.size()) return std::numeric_limits<double>::infinity();
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double d = std::fabs(static_cast<double>(a[i]) - b[i]);
+    if (std::isnan(d)) return std::numeric_limits<double>::infinity();
+    m = std::max(m, d);
+  }
+  return m;
+}
+
+std::vector<float> RandomNormal(size_t n, uint64_t seed, float scale) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+CmdResult RunCommand(const std::string& cmd) {
+  CmdResult r;
+  char err_path[] = "/tmp/tandem_test_err_XXXXXX";
+  const int fd = mkstemp(err_path);
+  if (fd >= 0) close(fd);
+  const std::string full = cmd + " 2>" + err_path;
+  FILE* p = popen(full.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int st = pclose(p);
+  r.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  r.err = ReadFile(err_path);
+  std::remove(err_path);
+  return r;
+}
+
+}  // namespace tandem::test

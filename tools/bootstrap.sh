@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs what tandem needs on a fresh Debian 12 machine (apt), then configures and builds into build/.
+# Usage: tools/bootstrap.sh [extra cmake args...]   (BUILD_DIR overrides build/)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+pkgs=(build-essential cmake pkg-config libdnnl-dev libhwloc-dev hwloc libabsl-dev libgtest-dev libgmock-dev
+      nlohmann-json3-dev libomp-dev clang libclang-rt-14-dev)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "bootstrap: installing ${missing[*]}" >&2
+  sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# nvcc lives in /usr/local/cuda on our machines; CMake finds it there. -DTANDEM_CUDA=OFF skips it.
+build_dir="${BUILD_DIR:-build}"
+cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+cmake --build "$build_dir" -j"$(nproc)"

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The whole test suite on a fresh machine: installs and builds what is missing, runs every CTest test, then a
+# bounded libFuzzer run over the GGUF reader (FUZZ_SECONDS, default 60; 0 skips it).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+tools/bootstrap.sh
+ctest --test-dir build --output-on-failure -j"$(nproc)" --timeout 900
+
+fuzz_seconds="${FUZZ_SECONDS:-60}"
+if [ "$fuzz_seconds" -gt 0 ] && [ -f tests/fuzz/CMakeLists.txt ]; then
+  CC=clang CXX=clang++ cmake -S . -B build-fuzz -DTANDEM_FUZZ=ON -DTANDEM_TESTS=OFF -DTANDEM_CUDA=OFF \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  cmake --build build-fuzz --target gguf_fuzz -j"$(nproc)" >/dev/null
+  mkdir -p build-fuzz/corpus
+  build-fuzz/tests/fuzz/gguf_fuzz -max_total_time="$fuzz_seconds" -rss_limit_mb=2048 -print_final_stats=1 \
+    build-fuzz/corpus tests/fuzz/seeds 2>&1 | tail -n 15
+fi
