@@ -1,0 +1,90 @@
+#include "tools/cli_util.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace tandem::cli {
+
+int Fail(std::string_view message) {
+  std::string m(message);
+  for (char& c : m) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  std::fprintf(stderr, "error: %s\n", m.c_str());
+  return 1;
+}
+
+int Fail(const absl::Status& status) { return Fail(status.message()); }
+
+absl::StatusOr<uint64_t> ParseSize(std::string_view s) {
+  std::string t = absl::AsciiStrToLower(absl::StripAsciiWhitespace(s));
+  struct Unit {
+    const char* suffix;
+    double mult;
+  };
+  static constexpr Unit kUnits[] = {
+      {"kib", 1024.0}, {"mib", 1048576.0}, {"gib", 1073741824.0}, {"tib", 1099511627776.0},
+      {"kb", 1024.0},  {"mb", 1048576.0},  {"gb", 1073741824.0},  {"tb", 1099511627776.0},
+      {"k", 1024.0},   {"m", 1048576.0},   {"g", 1073741824.0},   {"t", 1099511627776.0},
+      {"b", 1.0},
+  };
+  double mult = 1.0;
+  for (const Unit& u : kUnits) {
+    std::string_view suf(u.suffix);
+    if (t.size() > suf.size() && t.compare(t.size() - suf.size(), suf.size(), suf) == 0) {
+      mult = u.mult;
+      t.resize(t.size() - suf.size());
+      break;
+    }
+  }
+  double v;
+  if (t.empty() || !absl::SimpleAtod(t, &v) || !std::isfinite(v) || v < 0 || v * mult > 1.8e19) {
+    return absl::InvalidArgumentError(absl::StrCat("invalid size '", s, "' (use e.g. 512MiB, 12GiB or bytes)"));
+  }
+  return static_cast<uint64_t>(v * mult);
+}
+
+absl::StatusOr<int64_t> ParseInt(std::string_view flag, std::string_view s) {
+  int64_t v;
+  if (!absl::SimpleAtoi(s, &v)) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " expects an integer, got '", s, "'"));
+  }
+  return v;
+}
+
+absl::StatusOr<double> ParseFloat(std::string_view flag, std::string_view s) {
+  double v;
+  if (!absl::SimpleAtod(s, &v) || !std::isfinite(v)) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " expects a number, got '", s, "'"));
+  }
+  return v;
+}
+
+absl::StatusOr<std::string> ArgReader::Value(std::string_view flag) {
+  if (i_ >= args_.size()) return absl::InvalidArgumentError(absl::StrCat(flag, " needs a value"));
+  return args_[i_++];
+}
+
+std::string DefaultModelPath() {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    for (fs::path dir = exe.parent_path(); !dir.empty() && dir != dir.root_path(); dir = dir.parent_path()) {
+      const fs::path cand = dir / "models" / "stories260K.gguf";
+      if (fs::exists(cand, ec)) return cand.string();
+    }
+  }
+  return std::string(TANDEM_SOURCE_DIR) + "/models/stories260K.gguf";
+}
+
+}  // namespace tandem::cli

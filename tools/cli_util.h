@@ -1,0 +1,39 @@
+// Small helpers shared by the subcommands: one-line errors, numbers and sizes from flags.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace tandem::cli {
+
+// Prints "error: <message>" on one line to stderr and returns 1. Newlines in the message become spaces.
+int Fail(std::string_view message);
+int Fail(const absl::Status& status);
+
+// "512MiB", "12GiB", "24G", "1.5GiB" (binary units) or plain bytes.
+absl::StatusOr<uint64_t> ParseSize(std::string_view s);
+absl::StatusOr<int64_t> ParseInt(std::string_view flag, std::string_view s);
+absl::StatusOr<double> ParseFloat(std::string_view flag, std::string_view s);
+
+// Walks argv: Next() returns the current argument; Value(flag) consumes the value after a flag.
+class ArgReader {
+ public:
+  explicit ArgReader(std::span<const std::string> args) : args_(args) {}
+  bool Done() const { return i_ >= args_.size(); }
+  const std::string& Next() { return args_[i_++]; }
+  absl::StatusOr<std::string> Value(std::string_view flag);  // error if missing
+ private:
+  std::span<const std::string> args_;
+  size_t i_ = 0;
+};
+
+// The bundled default model: <source>/models/stories260K.gguf, or next to the binary's ../models.
+std::string DefaultModelPath();
+
+}  // namespace tandem::cli

@@ -1,0 +1,55 @@
+// tandem: the command line. The only code that parses flags; everything else takes option structs.
+#include <cstdio>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tools/cli_util.h"
+#include "tools/commands.h"
+
+namespace {
+
+constexpr const char* kUsage = R"(tandem: run large language models split between GPU and CPU
+
+usage: tandem <command> [options]
+
+commands:
+  run        generate text (default model: the bundled stories260K)
+  plan       show where each layer runs and what it will cost
+  inspect    show a GGUF file's metadata, tensors and bytes per group
+  tokenize   show the token ids of a text
+  bench      measure prefill and decode tokens/s
+  synth      write a random-weight GGUF of real model shapes
+  calibrate  measure this machine for the cost model
+
+  tandem <command> --help   shows the options of a command
+  tandem --version
+)";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace tandem::cli;
+  if (argc < 2) {
+    std::fputs(kUsage, stderr);
+    return 1;
+  }
+  const std::string_view cmd = argv[1];
+  if (cmd == "--help" || cmd == "-h" || cmd == "help") {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  if (cmd == "--version") {
+    std::printf("tandem %s\n", TANDEM_VERSION);
+    return 0;
+  }
+  const std::vector<std::string> args(argv + 2, argv + argc);
+  if (cmd == "inspect") return CmdInspect(args);
+  if (cmd == "tokenize") return CmdTokenize(args);
+  if (cmd == "run") return CmdRun(args);
+  if (cmd == "plan") return CmdPlan(args);
+  if (cmd == "bench") return CmdBench(args);
+  if (cmd == "synth") return CmdSynth(args);
+  if (cmd == "calibrate") return CmdCalibrate(args);
+  return Fail("unknown command '" + std::string(cmd) + "' (see tandem --help)");
+}
