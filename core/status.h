@@ -3,6 +3,9 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <string>
+#include <string_view>
+#include <type_traits>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -40,26 +43,46 @@
 
 namespace tandem {
 
+// Debian's Abseil 20220623 has its own absl::string_view, distinct from std::string_view, and absl::StrCat does
+// not take the latter. Cat() is StrCat that accepts both.
+namespace internal {
+template <typename T>
+decltype(auto) AbslArg(const T& x) {
+  if constexpr (std::is_convertible_v<const T&, std::string_view> &&
+                !std::is_convertible_v<const T&, absl::string_view>) {
+    const std::string_view sv(x);
+    return absl::string_view(sv.data(), sv.size());
+  } else {
+    return (x);
+  }
+}
+}  // namespace internal
+template <typename... Args>
+std::string Cat(const Args&... args) {
+  return absl::StrCat(internal::AbslArg(args)...);
+}
+inline std::string Message(const absl::Status& s) { return std::string(s.message()); }
+
 // Shorthands for the common error kinds; each takes absl::StrCat-style pieces.
 template <typename... Args>
 absl::Status InvalidArgument(const Args&... args) {
-  return absl::InvalidArgumentError(absl::StrCat(args...));
+  return absl::InvalidArgumentError(Cat(args...));
 }
 template <typename... Args>
 absl::Status DataLoss(const Args&... args) {
-  return absl::DataLossError(absl::StrCat(args...));
+  return absl::DataLossError(Cat(args...));
 }
 template <typename... Args>
 absl::Status Unimplemented(const Args&... args) {
-  return absl::UnimplementedError(absl::StrCat(args...));
+  return absl::UnimplementedError(Cat(args...));
 }
 template <typename... Args>
 absl::Status ResourceExhausted(const Args&... args) {
-  return absl::ResourceExhaustedError(absl::StrCat(args...));
+  return absl::ResourceExhaustedError(Cat(args...));
 }
 template <typename... Args>
 absl::Status FailedPrecondition(const Args&... args) {
-  return absl::FailedPreconditionError(absl::StrCat(args...));
+  return absl::FailedPreconditionError(Cat(args...));
 }
 
 }  // namespace tandem

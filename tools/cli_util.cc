@@ -11,8 +11,12 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "core/status.h"
 
 namespace tandem::cli {
+
+using tandem::Cat;
+using tandem::Message;
 
 int Fail(std::string_view message) {
   std::string m(message);
@@ -23,10 +27,10 @@ int Fail(std::string_view message) {
   return 1;
 }
 
-int Fail(const absl::Status& status) { return Fail(status.message()); }
+int Fail(const absl::Status& status) { return Fail(Message(status)); }
 
 absl::StatusOr<uint64_t> ParseSize(std::string_view s) {
-  std::string t = absl::AsciiStrToLower(absl::StripAsciiWhitespace(s));
+  std::string t = absl::AsciiStrToLower(absl::StripAsciiWhitespace(absl::string_view(s.data(), s.size())));
   struct Unit {
     const char* suffix;
     double mult;
@@ -48,29 +52,29 @@ absl::StatusOr<uint64_t> ParseSize(std::string_view s) {
   }
   double v;
   if (t.empty() || !absl::SimpleAtod(t, &v) || !std::isfinite(v) || v < 0 || v * mult > 1.8e19) {
-    return absl::InvalidArgumentError(absl::StrCat("invalid size '", s, "' (use e.g. 512MiB, 12GiB or bytes)"));
+    return absl::InvalidArgumentError(Cat("invalid size '", s, "' (use e.g. 512MiB, 12GiB or bytes)"));
   }
   return static_cast<uint64_t>(v * mult);
 }
 
 absl::StatusOr<int64_t> ParseInt(std::string_view flag, std::string_view s) {
   int64_t v;
-  if (!absl::SimpleAtoi(s, &v)) {
-    return absl::InvalidArgumentError(absl::StrCat(flag, " expects an integer, got '", s, "'"));
+  if (!absl::SimpleAtoi(absl::string_view(s.data(), s.size()), &v)) {
+    return absl::InvalidArgumentError(Cat(flag, " expects an integer, got '", s, "'"));
   }
   return v;
 }
 
 absl::StatusOr<double> ParseFloat(std::string_view flag, std::string_view s) {
   double v;
-  if (!absl::SimpleAtod(s, &v) || !std::isfinite(v)) {
-    return absl::InvalidArgumentError(absl::StrCat(flag, " expects a number, got '", s, "'"));
+  if (!absl::SimpleAtod(absl::string_view(s.data(), s.size()), &v) || !std::isfinite(v)) {
+    return absl::InvalidArgumentError(Cat(flag, " expects a number, got '", s, "'"));
   }
   return v;
 }
 
 absl::StatusOr<std::string> ArgReader::Value(std::string_view flag) {
-  if (i_ >= args_.size()) return absl::InvalidArgumentError(absl::StrCat(flag, " needs a value"));
+  if (i_ >= args_.size()) return absl::InvalidArgumentError(Cat(flag, " needs a value"));
   return args_[i_++];
 }
 
