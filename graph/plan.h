@@ -1,0 +1,62 @@
+// A Plan: for every placement unit and phase, where it runs and where its weights live; plus the memory account
+// per device and the predicted cost. Made by the partitioner (a pure function), run by the executor.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tandem {
+
+enum class Phase { kPrefill = 0, kDecode = 1 };
+
+// Where a unit runs. kGpu: weights resident in VRAM. kCpu: on the CPU from mmap, weights never cross PCIe.
+// kStream: on the GPU, weights copied from pinned RAM into a staging buffer just before use.
+enum class Placement { kCpu = 0, kGpu = 1, kStream = 2 };
+const char* PlacementName(Placement p);  // "cpu", "gpu", "stream"
+
+enum class UnitKind { kEmbd, kAttn, kFfn, kExpert, kOutput };
+
+struct UnitPlan {
+  std::string name;             // "embd", "blk.3.attn", "blk.3.ffn", "blk.3.ffn.expert.5", "output"
+  UnitKind kind = UnitKind::kAttn;
+  int layer = -1;               // -1 for embd/output
+  int expert = -1;              // only for kExpert
+  Placement prefill = Placement::kCpu;
+  Placement decode = Placement::kCpu;
+  uint64_t weight_bytes = 0;    // bytes of this unit's tensors
+  std::vector<std::string> tensors;  // GGUF tensor names in this unit
+  double predicted_prefill_s = 0;    // per prefill batch of Plan::prefill_batch tokens
+  double predicted_decode_s = 0;     // per decoded token
+  Placement at(Phase ph) const { return ph == Phase::kPrefill ? prefill : decode; }
+  // The GPU side holds this unit's weights resident (in either phase).
+  bool resident() const { return prefill == Placement::kGpu || decode == Placement::kGpu; }
+};
+
+struct MemoryAccount {
+  uint64_t weights = 0;
+  uint64_t kv = 0;
+  uint64_t staging = 0;
+  uint64_t activations = 0;
+  uint64_t workspace = 0;
+  uint64_t total() const { return weights + kv + staging + activations + workspace; }
+};
+
+struct Plan {
+  std::vector<UnitPlan> units;  // embd, then per layer attn, ffn (then its experts if split), then output
+  bool has_gpu = false;         // a GPU-side device exists in this plan
+  uint64_t vram_budget = 0;     // bytes; 0 when there is no GPU
+  MemoryAccount gpu;            // VRAM
+  MemoryAccount host;           // RAM: pinned staging sources, KV on CPU, activations (mmap'd weights not counted)
+  uint64_t host_mmap_bytes = 0; // weights read in place from the file
+  int n_ctx = 0;
+  int prefill_batch = 0;
+  int n_threads = 1;
+  double predicted_prefill_tps = 0;
+  double predicted_decode_tps = 0;
+  uint64_t pcie_bytes_per_prefill_token = 0;
+  uint64_t pcie_bytes_per_decode_token = 0;
+  std::string why;              // one line: how the placement was chosen ("auto: ...", "--gpu-layers 2 ...")
+};
+
+}  // namespace tandem
