@@ -1,1 +1,253 @@
-// placeholder, replaced by the model
+#include "graph/model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/status.h"
+
+namespace tandem {
+namespace {
+
+// A 2-D (or one 2-D slice of a 3-D) tensor as a weight matrix: ne0 = cols (contiguous), ne1 = rows.
+WeightMatrix MatrixOf(const GgufFile& f, const GgufTensorInfo& t, int64_t slice = 0) {
+  WeightMatrix m;
+  m.type = t.type;
+  m.cols = t.ne[0];
+  m.rows = t.ne[1];
+  m.row_stride = RowBytes(t.type, m.cols);
+  m.data = f.TensorData(t) + static_cast<size_t>(slice) * m.row_stride * static_cast<size_t>(m.rows);
+  return m;
+}
+
+absl::StatusOr<WeightMatrix> Find(const GgufFile& f, const std::string& name, int64_t slice = 0) {
+  const GgufTensorInfo* t = f.FindTensor(name);
+  if (t == nullptr) return InvalidArgument("missing tensor '", name, "'");
+  return MatrixOf(f, *t, slice);
+}
+
+std::string Blk(int il, const char* what) { return Cat("blk.", il, ".", what, ".weight"); }
+
+void Named(const StepContext& s, Backend& be, const float* data, int64_t n, std::string_view name, int il) {
+  if (s.on_named) s.on_named(be, data, n, name, il);
+}
+
+}  // namespace
+
+absl::StatusOr<ModelWeights> MapWeights(const GgufFile& f, const ModelConfig& cfg) {
+  ModelWeights w;
+  TANDEM_ASSIGN_OR_RETURN(w.token_embd, Find(f, "token_embd.weight"));
+  TANDEM_ASSIGN_OR_RETURN(w.output_norm, Find(f, "output_norm.weight"));
+  if (cfg.tied_output) {
+    w.output = w.token_embd;
+  } else {
+    TANDEM_ASSIGN_OR_RETURN(w.output, Find(f, "output.weight"));
+  }
+  w.attn.resize(cfg.n_layer);
+  w.ffn.resize(cfg.n_layer);
+  for (int il = 0; il < cfg.n_layer; ++il) {
+    AttnWeights& a = w.attn[il];
+    TANDEM_ASSIGN_OR_RETURN(a.norm, Find(f, Blk(il, "attn_norm")));
+    TANDEM_ASSIGN_OR_RETURN(a.wq, Find(f, Blk(il, "attn_q")));
+    TANDEM_ASSIGN_OR_RETURN(a.wk, Find(f, Blk(il, "attn_k")));
+    TANDEM_ASSIGN_OR_RETURN(a.wv, Find(f, Blk(il, "attn_v")));
+    TANDEM_ASSIGN_OR_RETURN(a.wo, Find(f, Blk(il, "attn_output")));
+    FfnWeights& m = w.ffn[il];
+    TANDEM_ASSIGN_OR_RETURN(m.norm, Find(f, Blk(il, "ffn_norm")));
+    if (!cfg.is_moe()) {
+      TANDEM_ASSIGN_OR_RETURN(m.dense.gate, Find(f, Blk(il, "ffn_gate")));
+      TANDEM_ASSIGN_OR_RETURN(m.dense.up, Find(f, Blk(il, "ffn_up")));
+      TANDEM_ASSIGN_OR_RETURN(m.dense.down, Find(f, Blk(il, "ffn_down")));
+      continue;
+    }
+    TANDEM_ASSIGN_OR_RETURN(m.router, Find(f, Blk(il, "ffn_gate_inp")));
+    m.experts.resize(cfg.n_expert);
+    for (int e = 0; e < cfg.n_expert; ++e) {
+      ExpertWeights& x = m.experts[e];
+      if (cfg.legacy_experts) {  // older Mixtral files: one 2-D tensor per expert
+        TANDEM_ASSIGN_OR_RETURN(x.gate, Find(f, Cat("blk.", il, ".ffn_gate.", e, ".weight")));
+        TANDEM_ASSIGN_OR_RETURN(x.up, Find(f, Cat("blk.", il, ".ffn_up.", e, ".weight")));
+        TANDEM_ASSIGN_OR_RETURN(x.down, Find(f, Cat("blk.", il, ".ffn_down.", e, ".weight")));
+      } else {  // merged 3-D tensors, ne2 = expert
+        TANDEM_ASSIGN_OR_RETURN(x.gate, Find(f, Blk(il, "ffn_gate_exps"), e));
+        TANDEM_ASSIGN_OR_RETURN(x.up, Find(f, Blk(il, "ffn_up_exps"), e));
+        TANDEM_ASSIGN_OR_RETURN(x.down, Find(f, Blk(il, "ffn_down_exps"), e));
+      }
+    }
+  }
+  return w;
+}
+
+void ForEachMatrix(AttnWeights& w, const std::function<void(WeightMatrix&)>& fn) {
+  for (WeightMatrix* m : {&w.norm, &w.wq, &w.wk, &w.wv, &w.wo}) fn(*m);
+}
+
+void ForEachMatrix(FfnWeights& w, const std::function<void(WeightMatrix&)>& fn) {
+  fn(w.norm);
+  if (w.experts.empty()) {
+    for (WeightMatrix* m : {&w.dense.gate, &w.dense.up, &w.dense.down}) fn(*m);
+    return;
+  }
+  fn(w.router);
+  for (ExpertWeights& e : w.experts) {
+    for (WeightMatrix* m : {&e.gate, &e.up, &e.down}) fn(*m);
+  }
+}
+
+// ---- Activation buffers ----
+namespace {
+
+struct ActLayout {
+  int64_t x, cur, q, k, v, att, gate, up, router, xe, logits, ids, pos;  // element counts
+};
+
+ActLayout LayoutOf(const ModelConfig& c, int64_t t) {
+  const int64_t q_dim = static_cast<int64_t>(c.n_head) * c.head_dim;
+  return ActLayout{
+      .x = t * c.n_embd, .cur = t * std::max<int64_t>(c.n_embd, q_dim), .q = t * q_dim,
+      .k = t * c.n_embd_kv(), .v = t * c.n_embd_kv(), .att = t * q_dim, .gate = t * c.n_ff, .up = t * c.n_ff,
+      .router = t * std::max(c.n_expert, 1), .xe = t * c.n_embd, .logits = t * c.n_vocab, .ids = t, .pos = t};
+}
+
+// Each buffer starts on a 64-byte boundary.
+int64_t Pad(int64_t n) { return (n + 15) / 16 * 16; }
+
+}  // namespace
+
+size_t ActivationBytes(const ModelConfig& cfg, int64_t max_tokens) {
+  const ActLayout l = LayoutOf(cfg, max_tokens);
+  int64_t n = 0;
+  for (int64_t e : {l.x, l.cur, l.q, l.k, l.v, l.att, l.gate, l.up, l.router, l.xe, l.logits, l.ids, l.pos}) {
+    n += Pad(e);
+  }
+  return static_cast<size_t>(n) * 4;
+}
+
+Activations CarveActivations(void* block, const ModelConfig& cfg, int64_t max_tokens) {
+  const ActLayout l = LayoutOf(cfg, max_tokens);
+  float* p = static_cast<float*>(block);
+  auto take = [&p](int64_t n) {
+    float* r = p;
+    p += Pad(n);
+    return r;
+  };
+  Activations a;
+  a.x = take(l.x);
+  a.cur = take(l.cur);
+  a.q = take(l.q);
+  a.k = take(l.k);
+  a.v = take(l.v);
+  a.att = take(l.att);
+  a.gate = take(l.gate);
+  a.up = take(l.up);
+  a.router = take(l.router);
+  a.xe = take(l.xe);
+  a.logits = take(l.logits);
+  a.ids = reinterpret_cast<int32_t*>(take(l.ids));
+  a.pos = reinterpret_cast<int32_t*>(take(l.pos));
+  return a;
+}
+
+void MoeScratch::Reserve(const ModelConfig& cfg, int64_t max_tokens) {
+  const int64_t k = std::max(cfg.n_expert_used, 1);
+  topk_ids.resize(max_tokens * k);
+  topk_weights.resize(max_tokens * k);
+  rows.resize(max_tokens);
+  row_weights.resize(max_tokens);
+}
+
+// ---- The model, one named step per line ----
+
+void Embed(Backend& be, const StepContext& s, const WeightMatrix& token_embd, Activations& act) {
+  be.GetRows(token_embd, act.ids, s.n_tok, act.x);  Named(s, be, act.x, s.n_tok * s.cfg->n_embd, "inp_embd", -1);
+}
+
+void AttentionUnit(Backend& be, const StepContext& s, int il, const AttnWeights& w, const KvLayer& kv,
+                   Activations& act) {
+  const ModelConfig& c = *s.cfg;
+  const int64_t n = s.n_tok;
+  const int64_t q_dim = static_cast<int64_t>(c.n_head) * c.head_dim;
+  const RopeParams rope_q{.n_head = c.n_head, .head_dim = c.head_dim, .n_rot = c.n_rot,
+                          .freq_base = c.rope_freq_base, .freq_scale = c.rope_freq_scale};
+  RopeParams rope_k = rope_q;
+  rope_k.n_head = c.n_head_kv;
+  const AttentionParams ap{.n_head = c.n_head, .n_head_kv = c.n_head_kv, .head_dim = c.head_dim,
+                           .scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+
+  be.RmsNorm(act.x, static_cast<const float*>(w.norm.data), n, c.n_embd, c.rms_eps, act.cur);
+  Named(s, be, act.cur, n * c.n_embd, "attn_norm", il);
+  be.MatMul(w.wq, act.cur, n, act.q);                   Named(s, be, act.q, n * q_dim, "q", il);
+  be.MatMul(w.wk, act.cur, n, act.k);                   Named(s, be, act.k, n * c.n_embd_kv(), "k", il);
+  be.MatMul(w.wv, act.cur, n, act.v);                   Named(s, be, act.v, n * c.n_embd_kv(), "v", il);
+  be.Rope(act.q, n, act.pos, rope_q);                   Named(s, be, act.q, n * q_dim, "q_rope", il);
+  be.Rope(act.k, n, act.pos, rope_k);                   Named(s, be, act.k, n * c.n_embd_kv(), "k_rope", il);
+  be.KvStore(kv, act.k, act.v, n, s.pos0);
+  be.Attention(act.q, kv, n, s.pos0, ap, act.att);      Named(s, be, act.att, n * q_dim, "kqv", il);
+  be.MatMul(w.wo, act.att, n, act.cur);                 Named(s, be, act.cur, n * c.n_embd, "attn_out", il);
+  be.Add(act.x, act.cur, n * c.n_embd, act.x);          Named(s, be, act.x, n * c.n_embd, "ffn_inp", il);
+}
+
+namespace {
+
+void DenseFfn(Backend& be, const StepContext& s, int il, const ExpertWeights& w, Activations& act) {
+  const ModelConfig& c = *s.cfg;
+  const int64_t n = s.n_tok;
+  be.MatMul(w.gate, act.cur, n, act.gate);              Named(s, be, act.gate, n * c.n_ff, "ffn_gate", il);
+  be.MatMul(w.up, act.cur, n, act.up);                  Named(s, be, act.up, n * c.n_ff, "ffn_up", il);
+  be.SwiGlu(act.gate, act.up, n * c.n_ff, act.gate);    Named(s, be, act.gate, n * c.n_ff, "ffn_swiglu", il);
+  be.MatMul(w.down, act.gate, n, act.cur);              Named(s, be, act.cur, n * c.n_embd, "ffn_out", il);
+  be.Add(act.x, act.cur, n * c.n_embd, act.x);
+}
+
+// out = x + sum over the token's top-k experts of weight * FFN_e(norm(x)). Tokens are grouped by expert so each
+// expert runs one matmul over all of its tokens; its weighted output is scattered straight into the residual.
+void MoeFfn(Backend& be, const StepContext& s, int il, const FfnWeights& w, Activations& act, MoeScratch& moe) {
+  const ModelConfig& c = *s.cfg;
+  const int64_t n = s.n_tok;
+  const int k = c.n_expert_used;
+  be.MatMul(w.router, act.cur, n, act.router);          Named(s, be, act.router, n * c.n_expert, "ffn_gate_inp", il);
+  be.MoeRoute(act.router, n, c.n_expert, k, moe.topk_ids.data(), moe.topk_weights.data());
+  for (int e = 0; e < c.n_expert; ++e) {
+    int64_t m = 0;  // tokens routed to expert e
+    for (int64_t t = 0; t < n; ++t) {
+      for (int j = 0; j < k; ++j) {
+        if (moe.topk_ids[t * k + j] != e) continue;
+        moe.rows[m] = static_cast<int32_t>(t);
+        moe.row_weights[m++] = moe.topk_weights[t * k + j];
+      }
+    }
+    if (m == 0) continue;
+    const ExpertWeights& x = w.experts[e];
+    be.GatherRows(act.cur, moe.rows.data(), m, c.n_embd, act.xe);
+    be.MatMul(x.gate, act.xe, m, act.gate);
+    be.MatMul(x.up, act.xe, m, act.up);
+    be.SwiGlu(act.gate, act.up, m * c.n_ff, act.gate);
+    be.MatMul(x.down, act.gate, m, act.xe);
+    be.ScatterAddRows(act.xe, moe.rows.data(), moe.row_weights.data(), m, c.n_embd, act.x);
+  }
+}
+
+}  // namespace
+
+void FfnUnit(Backend& be, const StepContext& s, int il, const FfnWeights& w, Activations& act, MoeScratch& moe) {
+  const ModelConfig& c = *s.cfg;
+  be.RmsNorm(act.x, static_cast<const float*>(w.norm.data), s.n_tok, c.n_embd, c.rms_eps, act.cur);
+  Named(s, be, act.cur, s.n_tok * c.n_embd, "ffn_norm", il);
+  if (c.is_moe()) {
+    MoeFfn(be, s, il, w, act, moe);
+  } else {
+    DenseFfn(be, s, il, w.dense, act);
+  }
+  Named(s, be, act.x, s.n_tok * c.n_embd, "l_out", il);
+}
+
+void OutputUnit(Backend& be, const StepContext& s, const WeightMatrix& norm, const WeightMatrix& output,
+                int64_t first_row, Activations& act) {
+  const ModelConfig& c = *s.cfg;
+  const int64_t rows = s.n_tok - first_row;
+  be.RmsNorm(act.x + first_row * c.n_embd, static_cast<const float*>(norm.data), rows, c.n_embd, c.rms_eps,
+             act.cur);
+  Named(s, be, act.cur, rows * c.n_embd, "result_norm", -1);
+  be.MatMul(output, act.cur, rows, act.logits);         Named(s, be, act.logits, rows * c.n_vocab, "result_output", -1);
+}
+
+}  // namespace tandem

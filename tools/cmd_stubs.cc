@@ -4,12 +4,7 @@
 
 namespace tandem::cli {
 
-int CmdInspect(std::span<const std::string>) { return Fail("inspect: not implemented yet"); }
-int CmdTokenize(std::span<const std::string>) { return Fail("tokenize: not implemented yet"); }
-int CmdRun(std::span<const std::string>) { return Fail("run: not implemented yet"); }
-int CmdPlan(std::span<const std::string>) { return Fail("plan: not implemented yet"); }
 int CmdBench(std::span<const std::string>) { return Fail("bench: not implemented yet"); }
 int CmdSynth(std::span<const std::string>) { return Fail("synth: not implemented yet"); }
-int CmdCalibrate(std::span<const std::string>) { return Fail("calibrate: not implemented yet"); }
 
 }  // namespace tandem::cli

@@ -1,0 +1,57 @@
+#include "graph/engine.h"
+
+#include <algorithm>
+
+#include "core/status.h"
+#include "cpu_backend/cpu_backend.h"
+
+namespace tandem {
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& opts) {
+  std::unique_ptr<Engine> e(new Engine());
+  TANDEM_ASSIGN_OR_RETURN(e->file_, GgufFile::Open(opts.model_path));
+  TANDEM_ASSIGN_OR_RETURN(e->cfg_, LoadModelConfig(*e->file_));
+  TANDEM_ASSIGN_OR_RETURN(e->tokenizer_, Tokenizer::FromGguf(*e->file_));
+  if (e->tokenizer_->n_vocab() != e->cfg_.n_vocab) {
+    return InvalidArgument("tokenizer has ", e->tokenizer_->n_vocab(), " tokens but token_embd has ",
+                           e->cfg_.n_vocab, " rows");
+  }
+  const int train_ctx = e->cfg_.n_ctx_train > 0 ? e->cfg_.n_ctx_train : 4096;
+  e->n_ctx_ = opts.n_ctx > 0 ? opts.n_ctx : std::min(4096, train_ctx);
+  if (opts.n_batch < 1) return InvalidArgument("batch size must be at least 1, got ", opts.n_batch);
+  e->n_batch_ = std::min(opts.n_batch, e->n_ctx_);
+
+  e->cpu_ = CreateCpuBackend(CpuBackendOptions{.n_threads = opts.n_threads});
+  Plan plan;
+  if (opts.device == "auto" || opts.device == "none" || opts.device == "cpu") {
+    plan = CpuOnlyPlan(e->cfg_);
+  } else {
+    return InvalidArgument("unknown device '", opts.device, "' (expected auto, none, cuda[:I] or sim:VRAM[,...])");
+  }
+  ExecutorOptions xo{.n_ctx = e->n_ctx_, .max_batch = e->n_batch_, .kv_type = opts.kv_type, .dump = opts.dump,
+                     .progress = opts.progress};
+  TANDEM_ASSIGN_OR_RETURN(e->executor_,
+                          Executor::Create(*e->file_, e->cfg_, plan, e->cpu_.get(), e->gpu_.get(), xo));
+  return e;
+}
+
+Engine::~Engine() {
+  executor_.reset();  // frees its buffers through the backends, so it goes first
+  gpu_.reset();
+  cpu_.reset();
+}
+
+absl::Status Engine::Prefill(std::span<const int32_t> tokens, int64_t pos0, bool all_logits, float* logits) {
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  if (n == 0) return InvalidArgument("empty prompt: nothing to evaluate");
+  for (int64_t start = 0; start < n; start += n_batch_) {
+    const int64_t len = std::min<int64_t>(n_batch_, n - start);
+    const bool last = start + len == n;
+    const int64_t rows = all_logits ? len : (last ? 1 : 0);
+    float* out = all_logits ? logits + start * cfg_.n_vocab : logits;
+    TANDEM_RETURN_IF_ERROR(executor_->Forward(tokens.subspan(start, len), pos0 + start, rows, out));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tandem

@@ -1,0 +1,60 @@
+// An opened model ready to run: the file, its config and tokenizer, the backends, the plan and the executor.
+// run, bench and the tests use this; flags stay in tools/.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/gguf.h"
+#include "core/model_config.h"
+#include "core/tokenizer.h"
+#include "graph/backend.h"
+#include "graph/executor.h"
+#include "graph/plan.h"
+
+namespace tandem {
+
+struct EngineOptions {
+  std::string model_path;
+  std::string device = "auto";        // auto|none|cuda[:I]|sim:...
+  int n_ctx = 0;                      // 0: min(4096, the model's training context)
+  int n_batch = 512;                  // prefill batch
+  int n_threads = 0;                  // 0: one per core
+  DType kv_type = DType::kF16;
+  ExecutorOptions::DumpFn dump;       // named intermediates, for debugging and tests
+  ExecutorOptions::ProgressFn progress;
+};
+
+class Engine {
+ public:
+  static absl::StatusOr<std::unique_ptr<Engine>> Open(const EngineOptions& opts);
+  ~Engine();
+
+  const ModelConfig& config() const { return cfg_; }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  const GgufFile& file() const { return *file_; }
+  Executor& executor() { return *executor_; }
+  const Plan& plan() const { return executor_->plan(); }
+  int n_ctx() const { return n_ctx_; }
+  int n_batch() const { return n_batch_; }
+  Backend* gpu() { return gpu_.get(); }
+
+  // Runs the prompt in batches of n_batch from position pos0. Writes the logits of every position when
+  // all_logits (logits: [n][n_vocab]), else of the last one (logits: [n_vocab]).
+  absl::Status Prefill(std::span<const int32_t> tokens, int64_t pos0, bool all_logits, float* logits);
+
+ private:
+  Engine() = default;
+  std::unique_ptr<GgufFile> file_;
+  ModelConfig cfg_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<Backend> cpu_;
+  std::unique_ptr<Backend> gpu_;
+  std::unique_ptr<Executor> executor_;
+  int n_ctx_ = 0;
+  int n_batch_ = 0;
+};
+
+}  // namespace tandem

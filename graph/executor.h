@@ -1,0 +1,70 @@
+// The executor runs a Plan: it is the only code that moves bytes between devices, records events and prefetches.
+// Weights go to their tier at load (resident -> VRAM, streamed -> pinned RAM, cpu -> the mmap); activations cross
+// devices only at unit boundaries, and only when the next unit runs on the other side.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/gguf.h"
+#include "core/model_config.h"
+#include "graph/backend.h"
+#include "graph/model.h"
+#include "graph/plan.h"
+
+namespace tandem {
+
+struct ExecutorOptions {
+  using DumpFn = std::function<void(std::string_view name, int layer, std::span<const float> data)>;
+  using ProgressFn = std::function<void(uint64_t done, uint64_t total)>;
+  int n_ctx = 512;                 // KV cache length, allocated once
+  int max_batch = 256;             // largest prefill batch (tokens per Forward)
+  DType kv_type = DType::kF16;     // F16 or F32
+  // Sees every named intermediate as host floats (copied back from a GPU first). Null: no dumps.
+  DumpFn dump;
+  // Called during load with (bytes done, bytes total) for a progress bar. Null: quiet.
+  ProgressFn progress;
+};
+
+struct ExecutorStats {
+  uint64_t pcie_bytes = 0;             // all host<->device bytes so far (weights streamed + activations)
+  uint64_t pcie_bytes_prefill = 0;
+  uint64_t pcie_bytes_decode = 0;
+  uint64_t load_h2d_bytes = 0;         // resident weights copied at load
+  uint64_t peak_vram_bytes = 0;
+  uint64_t decode_tokens = 0;
+  uint64_t prefill_tokens = 0;
+};
+
+class Executor {
+ public:
+  // `gpu` may be null (CPU-only plan). The file must outlive the executor. Allocates everything up front.
+  static absl::StatusOr<std::unique_ptr<Executor>> Create(const GgufFile& file, const ModelConfig& cfg,
+                                                           const Plan& plan, Backend* cpu, Backend* gpu,
+                                                           const ExecutorOptions& opts);
+  ~Executor();
+
+  // Runs tokens at positions pos0.. (tokens.size() <= max_batch, pos0 + size <= n_ctx). Writes the logits of the
+  // last `n_logit_rows` tokens to `logits` ([n_logit_rows][n_vocab], host). Decode when tokens.size() == 1.
+  absl::Status Forward(std::span<const int32_t> tokens, int64_t pos0, int64_t n_logit_rows, float* logits);
+
+  const ExecutorStats& stats() const { return stats_; }
+  const Plan& plan() const { return plan_; }
+
+ private:
+  Executor() = default;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  Plan plan_;
+  ExecutorStats stats_;
+};
+
+// A plan that runs everything on the CPU (the planner's trivial case, also used by tests).
+Plan CpuOnlyPlan(const ModelConfig& cfg);
+
+}  // namespace tandem

@@ -1,0 +1,60 @@
+#include "tools/placement_flags.h"
+
+#include "core/status.h"
+
+namespace tandem::cli {
+
+absl::StatusOr<bool> ParsePlacementFlag(const std::string& flag, ArgReader& args, PlacementFlags& out) {
+  auto count = [&](std::optional<int>& dst) -> absl::Status {
+    TANDEM_ASSIGN_OR_RETURN(std::string v, args.Value(flag));
+    TANDEM_ASSIGN_OR_RETURN(int64_t n, ParseInt(flag, v));
+    if (n < 0 || n > 100000) return InvalidArgument(flag, " must be between 0 and the layer count, got ", n);
+    dst = static_cast<int>(n);
+    return absl::OkStatus();
+  };
+  if (flag == "--device") {
+    TANDEM_ASSIGN_OR_RETURN(out.device, args.Value(flag));
+  } else if (flag == "--gpu-layers" || flag == "-ngl") {
+    TANDEM_RETURN_IF_ERROR(count(out.gpu_layers));
+  } else if (flag == "--cpu-layers") {
+    TANDEM_RETURN_IF_ERROR(count(out.cpu_layers));
+  } else if (flag == "--stream-layers") {
+    TANDEM_RETURN_IF_ERROR(count(out.stream_layers));
+  } else if (flag == "--vram-budget") {
+    TANDEM_ASSIGN_OR_RETURN(std::string v, args.Value(flag));
+    TANDEM_ASSIGN_OR_RETURN(out.vram_budget, ParseSize(v));
+  } else if (flag == "--place") {
+    TANDEM_ASSIGN_OR_RETURN(std::string v, args.Value(flag));
+    const size_t eq = v.rfind('=');
+    if (eq == std::string::npos || eq == 0) {
+      return InvalidArgument("--place expects REGEX=cpu|gpu|stream, got '", v, "'");
+    }
+    const std::string where = v.substr(eq + 1);
+    if (where != "cpu" && where != "gpu" && where != "stream") {
+      return InvalidArgument("--place target must be cpu, gpu or stream, got '", where, "'");
+    }
+    out.place.push_back(v);
+  } else if (flag == "--numa") {
+    TANDEM_ASSIGN_OR_RETURN(out.numa, args.Value(flag));
+    if (out.numa != "auto" && out.numa != "off" && out.numa != "interleave" && out.numa != "shard") {
+      return InvalidArgument("--numa must be auto, off, interleave or shard, got '", out.numa, "'");
+    }
+  } else {
+    return false;
+  }
+  return true;
+}
+
+const char* PlacementFlagsHelp() {
+  return R"(placement:
+  --device auto|none|cuda[:I]|sim:VRAM[,pcie=GBPS][,gpu_gbps=GBPS]   (default auto)
+  --gpu-layers N       layers resident on the GPU (the last N layers)
+  --cpu-layers N       layers computed on the CPU (weights never cross PCIe)
+  --stream-layers N    layers computed on the GPU with weights streamed just in time
+  --vram-budget SIZE   hard cap on everything tandem allocates on the GPU (e.g. 12GiB)
+  --place REGEX=cpu|gpu|stream   per-tensor rule, may repeat, matched in order
+  --numa auto|off|interleave|shard
+)";
+}
+
+}  // namespace tandem::cli

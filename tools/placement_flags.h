@@ -1,0 +1,32 @@
+// Placement flags shared by run, plan and bench (see spec/cli.md), parsed into an options struct.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "tools/cli_util.h"
+
+namespace tandem::cli {
+
+struct PlacementFlags {
+  std::string device = "auto";          // auto|none|cuda[:I]|sim:VRAM[,pcie=GBPS][,gpu_gbps=GBPS]
+  std::optional<int> gpu_layers;        // --gpu-layers N
+  std::optional<int> cpu_layers;        // --cpu-layers N
+  std::optional<int> stream_layers;     // --stream-layers N
+  std::optional<uint64_t> vram_budget;  // --vram-budget SIZE
+  std::vector<std::string> place;       // --place REGEX=cpu|gpu|stream, in order
+  std::string numa = "auto";            // --numa auto|off|interleave|shard
+  bool any_count() const { return gpu_layers || cpu_layers || stream_layers; }
+};
+
+// If `flag` is a placement flag, consumes its value from `args` into `out` and returns true (or an error).
+// Returns false when `flag` is not a placement flag.
+absl::StatusOr<bool> ParsePlacementFlag(const std::string& flag, ArgReader& args, PlacementFlags& out);
+
+// Usage lines for --help.
+const char* PlacementFlagsHelp();
+
+}  // namespace tandem::cli

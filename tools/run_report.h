@@ -1,0 +1,34 @@
+// The end-of-run numbers of `tandem run`: the stderr summary and the --json object.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "graph/executor.h"
+#include "graph/plan.h"
+#include "nlohmann/json.hpp"
+
+namespace tandem::cli {
+
+struct RunReport {
+  std::vector<int32_t> prompt_tokens;
+  std::vector<int32_t> tokens;  // generated
+  std::string text;             // generated text
+  double prompt_ms = 0;         // prefill wall time
+  double gen_ms = 0;            // from the end of prefill to the last token
+  double ttft_ms = 0;           // from the start to the first generated token
+  int64_t n_decoded = 0;        // generated tokens that needed a decode step
+  double decode_ms = 0;         // time of those decode steps
+  uint64_t peak_rss_bytes = 0;
+  ExecutorStats stats;
+  const Plan* plan = nullptr;
+};
+
+nlohmann::json PlanJson(const Plan& plan);
+nlohmann::json RunReportJson(const RunReport& r);
+std::string RunReportSummary(const RunReport& r);
+// "1.23 GiB" style.
+std::string HumanBytes(uint64_t bytes);
+
+}  // namespace tandem::cli
