@@ -18,10 +18,13 @@ absl::Status QuantizeRow(DType type, const float* src, void* dst, int64_t n);
 bool CanQuantize(DType type);
 
 // Activation quantizers with llama.cpp's rounding, used before integer dot products:
-// Q8_0: per 32, d = max|x| / 127 stored as fp16, q = round(x / d) (to nearest, ties away from zero).
+// Q8_0: per 32, d = max|x| / 127 stored as fp16, q = round(x * (127 / max|x|)) to nearest, ties to even
+// (llama.cpp's x86 SIMD path; its scalar reference would round ties away from zero).
 void QuantizeRowQ8_0(const float* x, BlockQ8_0* y, int64_t n);
+// Q8_1 (for Q4_1/Q5_1): the same d and q as Q8_0, plus s = fp16(d * sum(q)).
+void QuantizeRowQ8_1(const float* x, BlockQ8_1* y, int64_t n);
 // Q8_K: per 256, iscale = -127 / x_m where x_m is the signed element of largest magnitude,
-// q = min(127, round(iscale * x)), d = 1 / iscale (F32), bsums = sums of groups of 16.
+// q = min(127, round(iscale * x)) with ties to even, d = 1 / iscale (F32), bsums = sums of groups of 16.
 void QuantizeRowQ8_K(const float* x, BlockQ8_K* y, int64_t n);
 
 // The activation type a weight type's dot product runs against, as in llama.cpp's CPU backend:

@@ -1,0 +1,293 @@
+// Weight quantizers: round-to-nearest with a small per-block scale search that minimises squared error. Not
+// bit-identical to llama-quantize, but the blocks decode with the standard decoders (the layouts are described
+// next to the decoders in quant.cc) and the error is comparable.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/quant.h"
+#include "core/status.h"
+
+namespace tandem {
+namespace {
+
+int RoundInt(float v) { return static_cast<int>(std::lround(v)); }
+int Clamp(int v, int lo, int hi) { return std::min(hi, std::max(lo, v)); }
+
+// ---- symmetric blocks: x ~ s * q, q in [qmin, qmax] ----
+
+// Squared error of x ~ s * q after quantizing with scale s and refitting s by least squares. Writes q and the
+// refit scale.
+float FitSymmetric(const float* x, int n, float s, int qmin, int qmax, int* q, float* s_out) {
+  double sxq = 0, sqq = 0;
+  for (int i = 0; i < n; ++i) {
+    q[i] = Clamp(RoundInt(x[i] / s), qmin, qmax);
+    sxq += static_cast<double>(x[i]) * q[i];
+    sqq += static_cast<double>(q[i]) * q[i];
+  }
+  *s_out = sqq > 0 ? static_cast<float>(sxq / sqq) : 0.0f;
+  double err = 0;
+  for (int i = 0; i < n; ++i) {
+    const double e = x[i] - static_cast<double>(*s_out) * q[i];
+    err += e * e;
+  }
+  return static_cast<float>(err);
+}
+
+// Scale of the block (0 for an all-zero block). Candidates map the element of largest magnitude onto either end
+// of the range, stretched by up to 2 levels; the best least-squares refit wins.
+float SearchSymmetric(const float* x, int n, int qmin, int qmax) {
+  float xm = 0.0f;  // signed element of largest magnitude
+  for (int i = 0; i < n; ++i) {
+    if (std::fabs(x[i]) > std::fabs(xm)) xm = x[i];
+  }
+  if (xm == 0.0f) return 0.0f;
+  int q[256];
+  float best_err = INFINITY, best_s = 0.0f;
+  for (int end = 0; end < 2; ++end) {
+    const float t0 = end == 0 ? static_cast<float>(qmin) : static_cast<float>(qmax);
+    const float toward_zero = end == 0 ? 0.25f : -0.25f;
+    for (int k = 0; k <= 8; ++k) {
+      float s;
+      const float err = FitSymmetric(x, n, xm / (t0 + toward_zero * static_cast<float>(k)), qmin, qmax, q, &s);
+      if (err < best_err && s != 0.0f) {
+        best_err = err;
+        best_s = s;
+      }
+    }
+  }
+  return best_s;
+}
+
+// ---- asymmetric sub-blocks: x ~ scale * q - min, q in [0, nmax], scale >= 0, min >= 0 ----
+struct ScaleMin {
+  float scale = 0.0f;
+  float min = 0.0f;
+};
+
+// Least-squares (scale, min) for fixed q, keeping min >= 0 (the formats store it unsigned). Returns the error.
+float FitAffine(const float* x, const int* q, int n, ScaleMin* out) {
+  double sx = 0, sq = 0, sxq = 0, sqq = 0;
+  for (int i = 0; i < n; ++i) {
+    sx += x[i];
+    sq += q[i];
+    sxq += static_cast<double>(x[i]) * q[i];
+    sqq += static_cast<double>(q[i]) * q[i];
+  }
+  const double det = n * sqq - sq * sq;
+  double a = 0, b = 0;  // x ~ a * q + b
+  if (det > 0) {
+    a = (n * sxq - sq * sx) / det;
+    b = (sx - a * sq) / n;
+  }
+  if (det <= 0 || b > 0) {  // the offset must be <= 0: fit the scale alone
+    b = 0;
+    a = sqq > 0 ? sxq / sqq : 0;
+  }
+  double err = 0;
+  for (int i = 0; i < n; ++i) {
+    const double e = x[i] - (a * q[i] + b);
+    err += e * e;
+  }
+  out->scale = static_cast<float>(a);
+  out->min = static_cast<float>(-b);
+  return static_cast<float>(err);
+}
+
+ScaleMin SearchAffine(const float* x, int n, int nmax) {
+  float lo = 0.0f, hi = x[0];  // lo <= 0 because min is stored unsigned
+  for (int i = 0; i < n; ++i) {
+    lo = std::min(lo, x[i]);
+    hi = std::max(hi, x[i]);
+  }
+  ScaleMin best{0.0f, -lo};
+  if (hi <= lo) return best;
+  int q[32];
+  float best_err = INFINITY;
+  for (int k = -10; k <= 10; ++k) {  // levels spread over [lo, hi]: nmax - 1 .. nmax + 1
+    const float iscale = (static_cast<float>(nmax) + 0.1f * static_cast<float>(k)) / (hi - lo);
+    for (int i = 0; i < n; ++i) q[i] = Clamp(RoundInt(iscale * (x[i] - lo)), 0, nmax);
+    ScaleMin fit;
+    const float err = FitAffine(x, q, n, &fit);
+    if (err < best_err && fit.scale > 0) {
+      best_err = err;
+      best = fit;
+    }
+  }
+  // Alternate quantizing against the best fit and refitting while the error drops.
+  for (int iter = 0; iter < 4 && best.scale > 0; ++iter) {
+    for (int i = 0; i < n; ++i) q[i] = Clamp(RoundInt((x[i] + best.min) / best.scale), 0, nmax);
+    ScaleMin fit;
+    const float err = FitAffine(x, q, n, &fit);
+    if (!(err < best_err && fit.scale > 0)) break;
+    best_err = err;
+    best = fit;
+  }
+  return best;
+}
+
+// ---- plain floats ----
+void QuantF32(const float* x, void* dst, int64_t n) { std::memcpy(dst, x, static_cast<size_t>(n) * 4); }
+
+void QuantF16(const float* x, void* dst, int64_t n) {
+  auto* y = static_cast<uint8_t*>(dst);
+  for (int64_t i = 0; i < n; ++i) {
+    const f16_t h = F32ToF16(x[i]);
+    std::memcpy(y + 2 * i, &h, 2);
+  }
+}
+
+void QuantBF16(const float* x, void* dst, int64_t n) {
+  auto* y = static_cast<uint8_t*>(dst);
+  for (int64_t i = 0; i < n; ++i) {
+    const bf16_t h = F32ToBf16(x[i]);
+    std::memcpy(y + 2 * i, &h, 2);
+  }
+}
+
+// ---- 32-element blocks ----
+void QuantQ8_0(const float* x, void* dst, int64_t n) { QuantizeRowQ8_0(x, static_cast<BlockQ8_0*>(dst), n); }
+
+void QuantQ4_0(const float* x, void* dst, int64_t n) {
+  auto* b = static_cast<BlockQ4_0*>(dst);
+  for (int64_t i = 0; i < n / kQK4_0; ++i, x += kQK4_0) {
+    b[i].d = F32ToF16(SearchSymmetric(x, kQK4_0, -8, 7));
+    const float d = F16ToF32(b[i].d);  // quantize against the scale as stored
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    for (int j = 0; j < kQK4_0 / 2; ++j) {
+      const int lo = Clamp(RoundInt(x[j] * id), -8, 7) + 8;
+      const int hi = Clamp(RoundInt(x[j + 16] * id), -8, 7) + 8;
+      b[i].qs[j] = static_cast<uint8_t>(lo | hi << 4);
+    }
+  }
+}
+
+// ---- K-quants ----
+
+// Packs 8 6-bit scales and mins in the Q4_K/Q5_K layout (see KScaleMin in quant.cc).
+void PackKScales(const int* sc, const int* m, uint8_t* out) {
+  for (int j = 0; j < 4; ++j) {
+    out[j] = static_cast<uint8_t>(sc[j] | (sc[j + 4] >> 4) << 6);
+    out[j + 4] = static_cast<uint8_t>(m[j] | (m[j + 4] >> 4) << 6);
+    out[j + 8] = static_cast<uint8_t>((sc[j + 4] & 0xF) | (m[j + 4] & 0xF) << 4);
+  }
+}
+
+// One Q4_K/Q5_K super-block: searches each sub-block's scale and min, quantizes them to 6 bits against fp16
+// super-block scales, then quantizes the elements against the stored scales. Writes q[256] in [0, nmax].
+void QuantizeKAffine(const float* x, int nmax, f16_t* d_out, f16_t* dmin_out, uint8_t* scales, int* q) {
+  ScaleMin sub[8];
+  float max_scale = 0.0f, max_min = 0.0f;
+  for (int k = 0; k < 8; ++k) {
+    sub[k] = SearchAffine(x + 32 * k, 32, nmax);
+    max_scale = std::max(max_scale, sub[k].scale);
+    max_min = std::max(max_min, sub[k].min);
+  }
+  *d_out = F32ToF16(max_scale / 63.0f);
+  *dmin_out = F32ToF16(max_min / 63.0f);
+  const float d = F16ToF32(*d_out), dmin = F16ToF32(*dmin_out);
+  int sc[8], m[8];
+  for (int k = 0; k < 8; ++k) {
+    sc[k] = d > 0 ? Clamp(RoundInt(sub[k].scale / d), 0, 63) : 0;
+    m[k] = dmin > 0 ? Clamp(RoundInt(sub[k].min / dmin), 0, 63) : 0;
+    const float ds = d * static_cast<float>(sc[k]);
+    const float dm = dmin * static_cast<float>(m[k]);
+    for (int i = 32 * k; i < 32 * k + 32; ++i) {
+      q[i] = ds > 0 ? Clamp(RoundInt((x[i] + dm) / ds), 0, nmax) : 0;
+    }
+  }
+  PackKScales(sc, m, scales);
+}
+
+// Low nibbles in the Q4_K/Q5_K layout: element 64c + l in the low nibble of qs[32c + l], 64c + 32 + l high.
+void PackKNibbles(const int* q, uint8_t* qs) {
+  for (int c = 0; c < 4; ++c) {
+    for (int l = 0; l < 32; ++l) {
+      qs[32 * c + l] = static_cast<uint8_t>((q[64 * c + l] & 0xF) | (q[64 * c + 32 + l] & 0xF) << 4);
+    }
+  }
+}
+
+void QuantQ4_K(const float* x, void* dst, int64_t n) {
+  auto* b = static_cast<BlockQ4_K*>(dst);
+  int q[kQK_K];
+  for (int64_t i = 0; i < n / kQK_K; ++i, x += kQK_K) {
+    QuantizeKAffine(x, 15, &b[i].d, &b[i].dmin, b[i].scales, q);
+    PackKNibbles(q, b[i].qs);
+  }
+}
+
+void QuantQ5_K(const float* x, void* dst, int64_t n) {
+  auto* b = static_cast<BlockQ5_K*>(dst);
+  int q[kQK_K];
+  for (int64_t i = 0; i < n / kQK_K; ++i, x += kQK_K) {
+    QuantizeKAffine(x, 31, &b[i].d, &b[i].dmin, b[i].scales, q);
+    PackKNibbles(q, b[i].qs);
+    std::memset(b[i].qh, 0, sizeof(b[i].qh));
+    for (int e = 0; e < kQK_K; ++e) b[i].qh[e % 32] |= static_cast<uint8_t>((q[e] >> 4) << (e / 32));
+  }
+}
+
+// Q6_K: 16 symmetric sub-blocks of 16 with int8 scales against an fp16 super-block scale.
+void QuantQ6_K(const float* x, void* dst, int64_t n) {
+  auto* b = static_cast<BlockQ6_K*>(dst);
+  for (int64_t i = 0; i < n / kQK_K; ++i, x += kQK_K) {
+    float sub[16];
+    float ms = 0.0f;  // signed sub-block scale of largest magnitude
+    for (int k = 0; k < 16; ++k) {
+      sub[k] = SearchSymmetric(x + 16 * k, 16, -32, 31);
+      if (std::fabs(sub[k]) > std::fabs(ms)) ms = sub[k];
+    }
+    b[i].d = F32ToF16(ms / -128.0f);  // the largest scale becomes -128, using the full int8 range
+    const float d = F16ToF32(b[i].d);
+    int q[kQK_K];
+    for (int k = 0; k < 16; ++k) {
+      const int sc = d != 0.0f ? Clamp(RoundInt(sub[k] / d), -128, 127) : 0;
+      b[i].scales[k] = static_cast<int8_t>(sc);
+      const float ds = d * static_cast<float>(sc);
+      for (int e = 16 * k; e < 16 * k + 16; ++e) q[e] = (ds != 0.0f ? Clamp(RoundInt(x[e] / ds), -32, 31) : 0) + 32;
+    }
+    // Layout (see Q6KQuant in quant.cc): half h, quarter r, position l.
+    for (int h = 0; h < 2; ++h) {
+      for (int l = 0; l < 32; ++l) {
+        const int* qh = q + 128 * h + l;  // qh[32 * r] is quarter r
+        b[i].ql[64 * h + l] = static_cast<uint8_t>((qh[0] & 0xF) | (qh[64] & 0xF) << 4);
+        b[i].ql[64 * h + 32 + l] = static_cast<uint8_t>((qh[32] & 0xF) | (qh[96] & 0xF) << 4);
+        b[i].qh[32 * h + l] =
+            static_cast<uint8_t>((qh[0] >> 4) | (qh[32] >> 4) << 2 | (qh[64] >> 4) << 4 | (qh[96] >> 4) << 6);
+      }
+    }
+  }
+}
+
+using QuantFn = void (*)(const float*, void*, int64_t);
+
+QuantFn QuantFor(DType type) {
+  switch (type) {
+    case DType::kF32: return QuantF32;
+    case DType::kF16: return QuantF16;
+    case DType::kBF16: return QuantBF16;
+    case DType::kQ8_0: return QuantQ8_0;
+    case DType::kQ4_0: return QuantQ4_0;
+    case DType::kQ4_K: return QuantQ4_K;
+    case DType::kQ5_K: return QuantQ5_K;
+    case DType::kQ6_K: return QuantQ6_K;
+    default: return nullptr;
+  }
+}
+
+}  // namespace
+
+bool CanQuantize(DType type) { return QuantFor(type) != nullptr; }
+
+absl::Status QuantizeRow(DType type, const float* src, void* dst, int64_t n) {
+  const QuantFn fn = QuantFor(type);
+  if (fn == nullptr) return Unimplemented("no weight quantizer for ", DTypeName(type));
+  const int64_t block = Traits(type).block_elems;
+  if (n % block != 0)
+    return InvalidArgument("row of ", n, " elements is not a multiple of ", DTypeName(type), "'s block size ", block);
+  fn(src, dst, n);
+  return absl::OkStatus();
+}
+
+}  // namespace tandem
