@@ -29,6 +29,7 @@ class Sampler {
   SamplerOptions opts_;
   std::mt19937_64 rng_;
   std::vector<std::pair<float, int32_t>> cand_;  // n_vocab capacity
+  std::vector<uint8_t> penalized_;               // [n_vocab], all 0 between calls: each id penalized once
 };
 
 // Greedy argmax with ties to the lowest id.
