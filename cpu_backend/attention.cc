@@ -1,0 +1,187 @@
+// Causal softmax attention over one layer's KV cache, with grouped-query heads.
+//
+// Rounding follows llama.cpp's non-flash path: scores = (q.k) * scale in float, softmax with e^(s - max) in
+// float summed in double, then out = sum_j p_j v_j in float. With an F16 cache llama.cpp's matmuls convert
+// their float operand to F16 first, so q (for q.k) and the probabilities (for p.v) are rounded through fp16.
+// The per-row loops use AVX2/FMA/F16C when ActiveIsa() allows it (the Isa switch of kernels.h), else portable
+// loops the compiler vectorises; the two differ only in float rounding order.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "core/status.h"
+#include "cpu_backend/attention_rows.h"
+#include "cpu_backend/f16_fast.h"
+#include "cpu_backend/kernels.h"
+
+namespace tandem::cpu {
+namespace {
+
+// The two loops over one cache row, portable (vectorised by the compiler) or AVX2 (attention_avx2.cc).
+template <typename Elem>
+struct RowOps {
+  float (*dot)(const float* q, const Elem* k, int n);          // sum q[d] * k[d]
+  void (*axpy)(float p, const Elem* v, int n, float* out);     // out[d] += p * v[d]
+};
+
+template <typename Elem>
+float DotPortable(const float* q, const Elem* k, int n) {
+  float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+  for (int d = 0; d < n; ++d) {
+    if constexpr (std::is_same_v<Elem, f16_t>) {
+      dot += q[d] * HalfToFloat(k[d]);
+    } else {
+      dot += q[d] * k[d];
+    }
+  }
+  return dot;
+}
+
+template <typename Elem>
+void AxpyPortable(float p, const Elem* v, int n, float* out) {
+#pragma omp simd
+  for (int d = 0; d < n; ++d) {
+    if constexpr (std::is_same_v<Elem, f16_t>) {
+      out[d] += p * HalfToFloat(v[d]);
+    } else {
+      out[d] += p * v[d];
+    }
+  }
+}
+
+template <typename Elem>
+RowOps<Elem> PickRowOps() {
+  if (static_cast<int>(ActiveIsa()) >= static_cast<int>(Isa::kAvx2)) {
+    if constexpr (std::is_same_v<Elem, f16_t>) {
+      return {attention_rows::DotF16Avx2, attention_rows::AxpyF16Avx2};
+    } else {
+      return {attention_rows::DotF32Avx2, attention_rows::AxpyF32Avx2};
+    }
+  }
+  return {DotPortable<Elem>, AxpyPortable<Elem>};
+}
+
+template <typename Elem>
+void AttendOneHead(const RowOps<Elem>& ops, const float* q, const KvLayer& kv, int kv_head, int64_t n_visible,
+                   const AttentionParams& p, float* scores, float* out) {
+  constexpr bool kHalf = std::is_same_v<Elem, f16_t>;
+  const int64_t offset = static_cast<int64_t>(kv_head) * p.head_dim;
+  const Elem* k_rows = static_cast<const Elem*>(kv.k) + offset;
+  const Elem* v_rows = static_cast<const Elem*>(kv.v) + offset;
+
+  const float* q_used = q;
+  if constexpr (kHalf) {
+    // The fp16-rounded q lives in this head's output slice until the weighted sum overwrites it.
+    for (int d = 0; d < p.head_dim; ++d) out[d] = RoundThroughHalf(q[d]);
+    q_used = out;
+  }
+  float max_score = -std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < n_visible; ++j) {
+    scores[j] = ops.dot(q_used, k_rows + j * kv.row_elems, p.head_dim) * p.scale;
+    max_score = std::max(max_score, scores[j]);
+  }
+
+  double sum = 0.0;
+  for (int64_t j = 0; j < n_visible; ++j) {
+    scores[j] = std::exp(scores[j] - max_score);
+    sum += scores[j];
+  }
+  const float inv_sum = static_cast<float>(1.0 / sum);
+  for (int64_t j = 0; j < n_visible; ++j) {
+    scores[j] *= inv_sum;
+    if constexpr (kHalf) scores[j] = RoundThroughHalf(scores[j]);
+  }
+  for (int d = 0; d < p.head_dim; ++d) out[d] = 0.0f;
+  for (int64_t j = 0; j < n_visible; ++j) ops.axpy(scores[j], v_rows + j * kv.row_elems, p.head_dim, out);
+}
+
+template <typename Elem>
+void AttentionTyped(const float* q, const KvLayer& kv, int64_t n_tok, int64_t pos0, const AttentionParams& p,
+                    float* out, float* scratch) {
+  const int group = p.n_head / p.n_head_kv;
+  const int64_t q_row = static_cast<int64_t>(p.n_head) * p.head_dim;
+  const int64_t n_items = n_tok * p.n_head;
+  const RowOps<Elem> ops = PickRowOps<Elem>();
+  // Work per (token, head) grows with the token's position, so hand items out dynamically.
+#pragma omp parallel if (n_items > 1 && (pos0 + n_tok) * n_items * p.head_dim >= (1 << 14))
+  {
+    float* scores = scratch + static_cast<int64_t>(omp_get_thread_num()) * kv.n_ctx;
+#pragma omp for schedule(dynamic, 4)
+    for (int64_t item = 0; item < n_items; ++item) {
+      const int64_t t = item / p.n_head;
+      const int h = static_cast<int>(item % p.n_head);
+      const int64_t offset = t * q_row + static_cast<int64_t>(h) * p.head_dim;
+      AttendOneHead<Elem>(ops, q + offset, kv, h / group, pos0 + t + 1, p, scores, out + offset);
+    }
+  }
+}
+
+}  // namespace
+
+size_t AttentionScratchBytes(int64_t n_ctx, int n_head, int n_threads) {
+  // One score row per thread; n_threads <= 0 means "as many as OpenMP would use now".
+  const int threads = n_threads > 0 ? n_threads : omp_get_max_threads();
+  return static_cast<size_t>(threads) * static_cast<size_t>(n_ctx) * sizeof(float);
+}
+
+void Attention(const float* q, const KvLayer& kv, int64_t n_tok, int64_t pos0, const AttentionParams& p,
+               float* out, void* scratch) {
+  TANDEM_CHECK(kv.type == DType::kF32 || kv.type == DType::kF16);
+  TANDEM_CHECK(p.n_head_kv > 0 && p.n_head % p.n_head_kv == 0);
+  TANDEM_CHECK(static_cast<int64_t>(p.n_head_kv) * p.head_dim == kv.row_elems);
+  TANDEM_CHECK(pos0 >= 0 && pos0 + n_tok <= kv.n_ctx);
+  auto* scores = static_cast<float*>(scratch);
+  if (kv.type == DType::kF16) {
+    AttentionTyped<f16_t>(q, kv, n_tok, pos0, p, out, scores);
+  } else {
+    AttentionTyped<float>(q, kv, n_tok, pos0, p, out, scores);
+  }
+}
+
+void AttentionRef(const float* q, const KvLayer& kv, int64_t n_tok, int64_t pos0, const AttentionParams& p,
+                  float* out) {
+  const bool half = kv.type == DType::kF16;
+  const int group = p.n_head / p.n_head_kv;
+  const int64_t q_row = static_cast<int64_t>(p.n_head) * p.head_dim;
+  auto cache_value = [&](const void* base, int64_t j, int64_t e) -> double {
+    const int64_t i = j * kv.row_elems + e;
+    return half ? F16ToF32(static_cast<const f16_t*>(base)[i]) : static_cast<const float*>(base)[i];
+  };
+  // llama.cpp's fp16 operand rounding is part of the semantics with an F16 cache, so the reference does it too.
+  auto operand = [&](double x) -> double { return half ? F16ToF32(F32ToF16(static_cast<float>(x))) : x; };
+
+  std::vector<double> scores(static_cast<size_t>(kv.n_ctx));
+  for (int64_t t = 0; t < n_tok; ++t) {
+    const int64_t n_visible = pos0 + t + 1;
+    for (int h = 0; h < p.n_head; ++h) {
+      const float* qh = q + t * q_row + static_cast<int64_t>(h) * p.head_dim;
+      const int64_t kv_offset = static_cast<int64_t>(h / group) * p.head_dim;
+      double max_score = -std::numeric_limits<double>::infinity();
+      for (int64_t j = 0; j < n_visible; ++j) {
+        double dot = 0.0;
+        for (int d = 0; d < p.head_dim; ++d) dot += operand(qh[d]) * cache_value(kv.k, j, kv_offset + d);
+        scores[j] = dot * p.scale;
+        max_score = std::max(max_score, scores[j]);
+      }
+      double sum = 0.0;
+      for (int64_t j = 0; j < n_visible; ++j) {
+        scores[j] = std::exp(scores[j] - max_score);
+        sum += scores[j];
+      }
+      for (int64_t j = 0; j < n_visible; ++j) scores[j] = operand(scores[j] / sum);
+      float* oh = out + t * q_row + static_cast<int64_t>(h) * p.head_dim;
+      for (int d = 0; d < p.head_dim; ++d) {
+        double acc = 0.0;
+        for (int64_t j = 0; j < n_visible; ++j) acc += scores[j] * cache_value(kv.v, j, kv_offset + d);
+        oh[d] = static_cast<float>(acc);
+      }
+    }
+  }
+}
+
+}  // namespace tandem::cpu

@@ -1,0 +1,231 @@
+// CpuBackend: the Backend interface over host memory and the cpu:: kernels.
+#include "cpu_backend/cpu_backend.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include "absl/container/flat_hash_map.h"
+#include "core/status.h"
+#include "cpu_backend/kernels.h"
+
+namespace tandem {
+namespace {
+
+constexpr size_t kAlignment = 64;  // a cache line, and the widest vector load
+
+void* AlignedHostAlloc(size_t bytes) {
+  // aligned_alloc wants a multiple of the alignment, and a zero-byte request still gets a distinct pointer.
+  const size_t rounded = std::max(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
+  return std::aligned_alloc(kAlignment, rounded);
+}
+
+// Weight types whose matmul scratch the workspace must cover.
+constexpr DType kMatMulTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ4_0, DType::kQ4_1,
+                                  DType::kQ5_0, DType::kQ5_1, DType::kQ8_0, DType::kQ2_K, DType::kQ3_K,
+                                  DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(const CpuBackendOptions& options) : capacity_(options.capacity) {
+    if (options.n_threads > 0) omp_set_num_threads(options.n_threads);
+  }
+
+  ~CpuBackend() override {
+    for (auto& [p, bytes] : allocations_) std::free(p);
+  }
+
+  std::string_view name() const override { return "CPU"; }
+  bool host_memory() const override { return true; }
+  bool Supports(Op, DType) const override { return true; }
+
+  // ---- Memory ----
+  absl::StatusOr<void*> Alloc(size_t bytes, std::string_view what) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (bytes > capacity_ || in_use_ > capacity_ - bytes) {
+      return ResourceExhausted("CPU: cannot allocate ", what, ": ", bytes, " bytes requested, ", in_use_,
+                               " of ", capacity_, " bytes in use");
+    }
+    void* p = AlignedHostAlloc(bytes);
+    if (p == nullptr) return ResourceExhausted("CPU: out of host memory allocating ", what, " (", bytes, " bytes)");
+    allocations_[p] = bytes;
+    in_use_ += bytes;
+    peak_ = std::max(peak_, in_use_);
+    return p;
+  }
+
+  void Free(void* p) override {
+    if (p == nullptr) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = allocations_.find(p);
+    TANDEM_CHECK(it != allocations_.end());  // freeing memory this backend did not hand out is a bug
+    in_use_ -= it->second;
+    allocations_.erase(it);
+    std::free(p);
+  }
+
+  size_t capacity() const override { return capacity_; }
+  size_t bytes_in_use() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return in_use_;
+  }
+  size_t peak_bytes() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return peak_;
+  }
+
+  absl::StatusOr<void*> AllocHostPinned(size_t bytes) override {
+    void* p = AlignedHostAlloc(bytes);
+    if (p == nullptr) return ResourceExhausted("CPU: out of host memory allocating ", bytes, " pinned bytes");
+    return p;
+  }
+  void FreeHostPinned(void* p) override { std::free(p); }
+
+  absl::Status ReserveWorkspace(const WorkspaceSpec& spec) override {
+    size_t matmul_bytes = 0;
+    for (DType type : kMatMulTypes) {
+      // A type's rows are whole blocks, so any legal width up to max_cols fits in max_cols rounded up.
+      const int64_t block = Traits(type).block_elems;
+      const int64_t cols = (spec.max_cols + block - 1) / block * block;
+      matmul_bytes = std::max(matmul_bytes, cpu::MatMulScratchBytes(type, cols, spec.max_tokens));
+    }
+    const int threads = std::max(spec.n_threads, omp_get_max_threads());
+    const size_t attention_bytes = cpu::AttentionScratchBytes(spec.n_ctx, spec.n_head, threads);
+
+    ReleaseWorkspace();
+    TANDEM_ASSIGN_OR_RETURN(matmul_scratch_, Alloc(matmul_bytes, "matmul workspace"));
+    auto attention = Alloc(attention_bytes, "attention workspace");
+    if (!attention.ok()) {
+      ReleaseWorkspace();
+      return attention.status();
+    }
+    attention_scratch_ = *attention;
+    matmul_scratch_bytes_ = matmul_bytes;
+    attention_scratch_bytes_ = attention_bytes;
+    return absl::OkStatus();
+  }
+
+  // ---- Movement: host to host, so synchronous; streams and events have nothing to order ----
+  absl::Status CopyHostToDevice(void* dst, const void* src, size_t n, Stream) override {
+    std::memcpy(dst, src, n);
+    return absl::OkStatus();
+  }
+  absl::Status CopyDeviceToHost(void* dst, const void* src, size_t n, Stream) override {
+    std::memcpy(dst, src, n);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<int> CreateEvent() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return n_events_++;
+  }
+  absl::Status RecordEvent(int event, Stream) override { return CheckEvent(event); }
+  absl::Status WaitEvent(int event, Stream) override { return CheckEvent(event); }
+  absl::Status Synchronize(Stream) override { return absl::OkStatus(); }
+
+  // ---- Compute ----
+  void GetRows(const WeightMatrix& table, const int32_t* ids, int64_t n_tok, float* y) override {
+    cpu::GetRows(table, ids, n_tok, y);
+  }
+  void RmsNorm(const float* x, const float* w, int64_t n_tok, int64_t n, float eps, float* y) override {
+    cpu::RmsNorm(x, w, n_tok, n, eps, y);
+  }
+  void MatMul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y) override {
+    const size_t need = cpu::MatMulScratchBytes(w.type, w.cols, n_tok);
+    if (matmul_scratch_ == nullptr || need > matmul_scratch_bytes_) {
+      SetError(FailedPrecondition("CPU MatMul needs ", need, " bytes of workspace, ", matmul_scratch_bytes_,
+                                  " reserved"));
+      return;
+    }
+    cpu::MatMul(w, x, n_tok, y, matmul_scratch_);
+  }
+  void Rope(float* x, int64_t n_tok, const int32_t* pos, const RopeParams& p) override { cpu::Rope(x, n_tok, pos, p); }
+  void KvStore(const KvLayer& kv, const float* k, const float* v, int64_t n_tok, int64_t pos0) override {
+    cpu::KvStore(kv, k, v, n_tok, pos0);
+  }
+  void Attention(const float* q, const KvLayer& kv, int64_t n_tok, int64_t pos0, const AttentionParams& p,
+                 float* out) override {
+    const size_t need = cpu::AttentionScratchBytes(kv.n_ctx, p.n_head, omp_get_max_threads());
+    if (attention_scratch_ == nullptr || need > attention_scratch_bytes_) {
+      SetError(FailedPrecondition("CPU Attention needs ", need, " bytes of workspace, ", attention_scratch_bytes_,
+                                  " reserved"));
+      return;
+    }
+    cpu::Attention(q, kv, n_tok, pos0, p, out, attention_scratch_);
+  }
+  void SwiGlu(const float* g, const float* u, int64_t n, float* y) override { cpu::SwiGlu(g, u, n, y); }
+  void Add(const float* a, const float* b, int64_t n, float* y) override { cpu::Add(a, b, n, y); }
+  void Scale(const float* x, float s, int64_t n, float* y) override {
+    for (int64_t i = 0; i < n; ++i) y[i] = s * x[i];
+  }
+  void AddScaled(const float* x, float s, int64_t n, float* y) override {
+    for (int64_t i = 0; i < n; ++i) y[i] += s * x[i];
+  }
+  void MoeRoute(const float* logits, int64_t n_tok, int n_expert, int k, int32_t* ids_host,
+                float* weights_host) override {
+    cpu::MoeRoute(logits, n_tok, n_expert, k, ids_host, weights_host);
+  }
+  void GatherRows(const float* x, const int32_t* idx_host, int64_t n_idx, int64_t n, float* y) override {
+    for (int64_t i = 0; i < n_idx; ++i) {
+      std::memcpy(y + i * n, x + static_cast<int64_t>(idx_host[i]) * n, static_cast<size_t>(n) * sizeof(float));
+    }
+  }
+  void ScatterAddRows(const float* x, const int32_t* idx_host, const float* w_host, int64_t n_idx, int64_t n,
+                      float* y) override {
+    // In index order, so repeated indices accumulate deterministically.
+    for (int64_t i = 0; i < n_idx; ++i) AddScaled(x + i * n, w_host[i], n, y + static_cast<int64_t>(idx_host[i]) * n);
+  }
+  void ScatterRows(const float* x, const int32_t* idx_host, const float* w_host, int64_t n_idx, int64_t n,
+                   float* y) override {
+    for (int64_t i = 0; i < n_idx; ++i) Scale(x + i * n, w_host[i], n, y + static_cast<int64_t>(idx_host[i]) * n);
+  }
+
+  absl::Status TakeError() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    absl::Status first = std::move(error_);
+    error_ = absl::OkStatus();
+    return first;
+  }
+
+ private:
+  absl::Status CheckEvent(int event) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (event < 0 || event >= n_events_) return InvalidArgument("CPU: unknown event ", event);
+    return absl::OkStatus();
+  }
+
+  void SetError(absl::Status status) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (error_.ok()) error_ = std::move(status);
+  }
+
+  void ReleaseWorkspace() {
+    Free(matmul_scratch_);
+    Free(attention_scratch_);
+    matmul_scratch_ = attention_scratch_ = nullptr;
+    matmul_scratch_bytes_ = attention_scratch_bytes_ = 0;
+  }
+
+  const size_t capacity_;
+  mutable std::mutex mu_;  // guards the accounting, events and the sticky error
+  absl::flat_hash_map<void*, size_t> allocations_;
+  size_t in_use_ = 0;
+  size_t peak_ = 0;
+  int n_events_ = 0;
+  absl::Status error_;
+
+  void* matmul_scratch_ = nullptr;
+  size_t matmul_scratch_bytes_ = 0;
+  void* attention_scratch_ = nullptr;
+  size_t attention_scratch_bytes_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> CreateCpuBackend(const CpuBackendOptions& options) {
+  return std::make_unique<CpuBackend>(options);
+}
+
+}  // namespace tandem

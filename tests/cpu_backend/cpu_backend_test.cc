@@ -1,0 +1,229 @@
+// CpuBackend: memory accounting under a capacity, the workspace, movement, and compute through the interface.
+#include "cpu_backend/cpu_backend.h"
+
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "tests/testutil.h"
+
+namespace tandem {
+namespace {
+
+using test::Nmse;
+using test::Poison;
+using test::RandomNormal;
+
+constexpr double kTolMatMulF32 = 1e-12;  // float accumulation against double; measured around 1e-14
+
+std::unique_ptr<Backend> MakeBackend(size_t capacity = SIZE_MAX) {
+  return CreateCpuBackend(CpuBackendOptions{.n_threads = 0, .capacity = capacity});
+}
+
+TEST(CpuBackend, Basics) {
+  auto b = MakeBackend();
+  EXPECT_TRUE(b->host_memory());
+  EXPECT_FALSE(b->name().empty());
+  for (Op op : {Op::kGetRows, Op::kRmsNorm, Op::kMatMul, Op::kRope, Op::kAttention, Op::kSwiGlu, Op::kAdd,
+                Op::kMoeRoute}) {
+    for (DType t : {DType::kF32, DType::kF16, DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K}) {
+      EXPECT_TRUE(b->Supports(op, t));
+    }
+  }
+  EXPECT_TRUE(b->TakeError().ok());
+}
+
+TEST(CpuBackend, CapacityIsEnforced) {
+  auto b = MakeBackend(1000);
+  EXPECT_EQ(b->capacity(), 1000u);
+  auto a = b->Alloc(600, "first");
+  ASSERT_TRUE(a.ok());
+  auto too_big = b->Alloc(500, "blk.3.ffn_up");
+  ASSERT_FALSE(too_big.ok());
+  EXPECT_EQ(too_big.status().code(), absl::StatusCode::kResourceExhausted);
+  const std::string msg = Message(too_big.status());
+  for (const char* part : {"blk.3.ffn_up", "500", "600", "1000"}) {
+    EXPECT_NE(msg.find(part), std::string::npos) << "'" << part << "' missing from: " << msg;
+  }
+  EXPECT_EQ(b->bytes_in_use(), 600u);
+  auto rest = b->Alloc(400, "exactly the rest");
+  ASSERT_TRUE(rest.ok());
+  EXPECT_EQ(b->bytes_in_use(), 1000u);
+  EXPECT_FALSE(b->Alloc(1, "one more byte").ok());
+  b->Free(*a);
+  b->Free(*rest);
+  EXPECT_EQ(b->bytes_in_use(), 0u);
+  EXPECT_FALSE(b->Alloc(SIZE_MAX, "huge").ok());  // no overflow in the capacity arithmetic
+}
+
+TEST(CpuBackend, PeakAndAlignment) {
+  auto b = MakeBackend();
+  auto a = b->Alloc(100, "a");
+  auto c = b->Alloc(200, "c");
+  ASSERT_TRUE(a.ok() && c.ok());
+  b->Free(*a);
+  auto d = b->Alloc(50, "d");
+  auto e = b->Alloc(0, "empty");
+  ASSERT_TRUE(d.ok() && e.ok());
+  EXPECT_EQ(b->bytes_in_use(), 250u);
+  EXPECT_EQ(b->peak_bytes(), 300u);
+  for (void* p : {*c, *d, *e}) EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 64, 0u);
+  EXPECT_NE(*d, *e);
+  std::memset(*c, 1, 200);  // the memory is really there
+  b->Free(*c);
+  b->Free(*d);
+  b->Free(*e);
+  b->Free(nullptr);
+  EXPECT_EQ(b->bytes_in_use(), 0u);
+  EXPECT_EQ(b->peak_bytes(), 300u);
+
+  // Pinned staging memory is the host's and outside the pool.
+  auto pinned = b->AllocHostPinned(1 << 20);
+  ASSERT_TRUE(pinned.ok());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(*pinned) % 64, 0u);
+  EXPECT_EQ(b->bytes_in_use(), 0u);
+  b->FreeHostPinned(*pinned);
+}
+
+TEST(CpuBackend, WorkspaceIsCountedAndReplaced) {
+  auto b = MakeBackend();
+  const WorkspaceSpec spec{.max_tokens = 8, .max_cols = 4096, .max_rows = 11008, .n_ctx = 512, .n_head = 32,
+                           .n_threads = 2};
+  ASSERT_TRUE(b->ReserveWorkspace(spec).ok());
+  const size_t first = b->bytes_in_use();
+  // Room for the widest matmul's activations in any weight type's dot-product format, plus a score row per thread.
+  const size_t attention = cpu::AttentionScratchBytes(512, 32, 2);
+  for (DType t : {DType::kF32, DType::kF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K}) {
+    EXPECT_GE(first, cpu::MatMulScratchBytes(t, 4096, 8) + attention) << DTypeName(t);
+  }
+  // Reserving again replaces the workspace instead of adding to it.
+  ASSERT_TRUE(b->ReserveWorkspace(spec).ok());
+  EXPECT_EQ(b->bytes_in_use(), first);
+  WorkspaceSpec small = spec;
+  small.max_tokens = 1;
+  small.n_ctx = 16;
+  ASSERT_TRUE(b->ReserveWorkspace(small).ok());
+  EXPECT_LT(b->bytes_in_use(), first);
+
+  auto tight = MakeBackend(1024);
+  const absl::Status s = tight->ReserveWorkspace(spec);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(Message(s).find("workspace"), std::string::npos) << Message(s);
+  EXPECT_EQ(tight->bytes_in_use(), 0u);
+}
+
+TEST(CpuBackend, MovementAndEvents) {
+  auto b = MakeBackend();
+  const std::vector<float> src = {1, 2, 3, 4};
+  auto dev = b->Alloc(16, "x");
+  ASSERT_TRUE(dev.ok());
+  ASSERT_TRUE(b->CopyHostToDevice(*dev, src.data(), 16, Stream::kCopy).ok());
+  std::vector<float> back(4, 0.0f);
+  ASSERT_TRUE(b->CopyDeviceToHost(back.data(), *dev, 16, Stream::kCompute).ok());
+  EXPECT_EQ(back, src);
+  auto e1 = b->CreateEvent();
+  auto e2 = b->CreateEvent();
+  ASSERT_TRUE(e1.ok() && e2.ok());
+  EXPECT_NE(*e1, *e2);
+  EXPECT_TRUE(b->RecordEvent(*e1, Stream::kCopy).ok());
+  EXPECT_TRUE(b->WaitEvent(*e1, Stream::kCompute).ok());
+  EXPECT_TRUE(b->Synchronize(Stream::kCompute).ok());
+  EXPECT_EQ(b->RecordEvent(12345, Stream::kCopy).code(), absl::StatusCode::kInvalidArgument);
+  b->Free(*dev);
+}
+
+TEST(CpuBackend, ComputeWithoutWorkspaceIsAStickyError) {
+  auto b = MakeBackend();
+  const std::vector<float> w(4 * 8, 1.0f), x(8, 1.0f);
+  std::vector<float> y(4, -1.0f);
+  b->MatMul(WeightMatrix{DType::kF32, w.data(), 4, 8, 8 * sizeof(float)}, x.data(), 1, y.data());
+  const absl::Status s = b->TakeError();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(y, std::vector<float>(4, -1.0f));  // nothing ran
+  EXPECT_TRUE(b->TakeError().ok());           // taking clears it
+}
+
+TEST(CpuBackend, MatMulAndAttentionUseTheWorkspace) {
+  auto b = MakeBackend();
+  const int64_t rows = 24, cols = 96, n_tok = 5;
+  ASSERT_TRUE(b->ReserveWorkspace(WorkspaceSpec{.max_tokens = n_tok, .max_cols = cols, .max_rows = rows, .n_ctx = 16,
+                                                .n_head = 4, .n_threads = 1})
+                  .ok());
+  const auto w = RandomNormal(rows * cols, 1);
+  std::vector<f16_t> w16(w.size());
+  for (size_t i = 0; i < w.size(); ++i) w16[i] = F32ToF16(w[i]);
+  const auto x = RandomNormal(n_tok * cols, 2);
+  for (DType type : {DType::kF32, DType::kF16}) {
+    const void* data = type == DType::kF32 ? static_cast<const void*>(w.data()) : w16.data();
+    const WeightMatrix m{type, data, rows, cols, RowBytes(type, cols)};
+    std::vector<float> y(n_tok * rows), ref(y.size());
+    Poison(y);
+    b->MatMul(m, x.data(), n_tok, y.data());
+    cpu::MatMulRef(m, x.data(), n_tok, ref.data());
+    EXPECT_LT(Nmse(y, ref), kTolMatMulF32) << DTypeName(type);
+  }
+
+  // Attention through the backend is the kernel's result, bit for bit.
+  const int n_head = 4, n_head_kv = 2, hd = 8;
+  std::vector<float> k_cache(16 * n_head_kv * hd), v_cache(k_cache.size());
+  const KvLayer kv{DType::kF32, k_cache.data(), v_cache.data(), 16, n_head_kv * hd};
+  const auto k = RandomNormal(6 * n_head_kv * hd, 3);
+  const auto v = RandomNormal(6 * n_head_kv * hd, 4);
+  b->KvStore(kv, k.data(), v.data(), 6, 0);
+  const auto q = RandomNormal(3 * n_head * hd, 5);
+  const AttentionParams p{n_head, n_head_kv, hd, 0.35f};
+  std::vector<float> out(q.size()), want(q.size());
+  Poison(out);
+  b->Attention(q.data(), kv, 3, 3, p, out.data());
+  std::vector<uint8_t> scratch(cpu::AttentionScratchBytes(16, n_head, 0));
+  cpu::Attention(q.data(), kv, 3, 3, p, want.data(), scratch.data());
+  EXPECT_EQ(std::memcmp(out.data(), want.data(), out.size() * sizeof(float)), 0);
+  EXPECT_TRUE(b->TakeError().ok());
+}
+
+TEST(CpuBackend, InlineVectorOps) {
+  auto b = MakeBackend();
+  const float x[4] = {1, -2, 3.5f, 0};
+  float y[4];
+  b->Scale(x, 2.0f, 4, y);
+  EXPECT_EQ(std::vector<float>(y, y + 4), (std::vector<float>{2, -4, 7, 0}));
+  b->AddScaled(x, -1.0f, 4, y);
+  EXPECT_EQ(std::vector<float>(y, y + 4), (std::vector<float>{1, -2, 3.5f, 0}));
+
+  // Rows of 2: gather rows 2, 0, 2; scatter them back weighted, with row 2 hit twice.
+  const float rows[6] = {1, 2, 10, 20, 100, 200};
+  const int32_t idx[3] = {2, 0, 2};
+  float gathered[6];
+  b->GatherRows(rows, idx, 3, 2, gathered);
+  EXPECT_EQ(std::vector<float>(gathered, gathered + 6), (std::vector<float>{100, 200, 1, 2, 100, 200}));
+  const float weights[3] = {0.5f, 2.0f, 0.25f};
+  float acc[6] = {0, 0, 7, 7, 1, 1};
+  b->ScatterAddRows(gathered, idx, weights, 3, 2, acc);
+  // row 0 += 2 * (1, 2); row 1 unchanged; row 2 += 0.5 * (100, 200) + 0.25 * (100, 200).
+  EXPECT_EQ(std::vector<float>(acc, acc + 6), (std::vector<float>{2, 4, 7, 7, 76, 151}));
+
+  // The router writes host arrays: logits 0, ln 3, ln 2 -> top 2 = experts 1, 2 with weights 3/5, 2/5.
+  const float logits[3] = {0.0f, std::log(3.0f), std::log(2.0f)};
+  int32_t ids[2];
+  float w[2];
+  b->MoeRoute(logits, 1, 3, 2, ids, w);
+  EXPECT_EQ(ids[0], 1);
+  EXPECT_EQ(ids[1], 2);
+  EXPECT_NEAR(w[0], 0.6f, 1e-6);
+  EXPECT_NEAR(w[1], 0.4f, 1e-6);
+}
+
+TEST(CpuBackend, ThreadOption) {
+  const int before = omp_get_max_threads();
+  auto b = CreateCpuBackend(CpuBackendOptions{.n_threads = 1});
+  EXPECT_EQ(omp_get_max_threads(), 1);
+  omp_set_num_threads(before);
+}
+
+}  // namespace
+}  // namespace tandem
