@@ -26,6 +26,8 @@ struct UnitPlan {
   Placement decode = Placement::kCpu;
   uint64_t weight_bytes = 0;    // bytes of this unit's tensors
   std::vector<std::string> tensors;  // GGUF tensor names in this unit
+  uint64_t kv_bytes = 0;             // attention units: this layer's K+V cache (n_ctx rows); in VRAM when the
+                                     // unit is GPU-side (gpu or stream), else in host RAM
   double predicted_prefill_s = 0;    // per prefill batch of Plan::prefill_batch tokens
   double predicted_decode_s = 0;     // per decoded token
   Placement at(Phase ph) const { return ph == Phase::kPrefill ? prefill : decode; }
@@ -49,6 +51,11 @@ struct Plan {
   MemoryAccount gpu;            // VRAM
   MemoryAccount host;           // RAM: pinned staging sources, KV on CPU, activations (mmap'd weights not counted)
   uint64_t host_mmap_bytes = 0; // weights read in place from the file
+  uint64_t staging_slot_bytes = 0;  // size of EACH of the two staging buffers (the largest streamed unit); 0: none
+  int kv_elem_bytes = 2;        // bytes per cached K/V element the account assumed (2: F16)
+  std::string device;           // the GPU-side device planned for ("sim:12GiB", "cuda:0"), "none" without one
+  int prompt_tokens = 0;        // the expected mix auto placement minimised the time of
+  int gen_tokens = 0;
   int n_ctx = 0;
   int prefill_batch = 0;
   int n_threads = 1;

@@ -1,0 +1,518 @@
+#include "graph/partitioner.h"
+
+#include <algorithm>
+#include <array>
+#include <limits>
+#include <optional>
+#include <set>
+
+#include "core/status.h"
+#include "graph/model.h"
+
+namespace tandem {
+namespace {
+
+constexpr int kAttentionQueryTile = 16;
+
+// One unit's placement in both phases.
+struct Option {
+  Placement prefill = Placement::kCpu;
+  Placement decode = Placement::kCpu;
+  bool operator==(const Option&) const = default;
+};
+constexpr Option kCpuOpt{Placement::kCpu, Placement::kCpu};
+constexpr Option kGpuOpt{Placement::kGpu, Placement::kGpu};
+constexpr Option kStreamOpt{Placement::kStream, Placement::kStream};
+
+using Assignment = std::vector<Option>;
+
+bool Streams(const Option& o) { return o.prefill == Placement::kStream || o.decode == Placement::kStream; }
+bool Resident(const Option& o) { return o.prefill == Placement::kGpu || o.decode == Placement::kGpu; }
+bool AnyGpuSide(const Option& o) { return GpuSide(o.prefill) || GpuSide(o.decode); }
+
+// Per-unit times are stored in arrays indexed by Placement.
+static_assert(static_cast<int>(Placement::kCpu) == 0 && static_cast<int>(Placement::kGpu) == 1 &&
+              static_cast<int>(Placement::kStream) == 2);
+
+// Everything derived once from the input.
+class Planner {
+ public:
+  explicit Planner(const PartitionInput& in) : in_(in) {
+    const ModelConfig& c = in.config;
+    n_eff_ = std::max<int64_t>(1, std::min<int64_t>(in.prefill_batch, std::max(in.prompt_tokens, 1)));
+    w_prefill_ = static_cast<double>(std::max(in.prompt_tokens, 0)) / static_cast<double>(n_eff_);
+    w_decode_ = std::max(in.gen_tokens, 0);
+    const double ctx_prefill = std::max(in.prompt_tokens, 1) / 2.0;
+    const double ctx_decode = std::max(in.prompt_tokens, 0) + std::max(in.gen_tokens, 0) / 2.0;
+    q_prefill_ = {n_eff_, ctx_prefill, in.kv_elem_bytes};
+    q_prefill_report_ = {std::max(in.prefill_batch, 1), ctx_prefill, in.kv_elem_bytes};
+    q_decode_ = {1, ctx_decode, in.kv_elem_bytes};
+    act_bytes_ = ActivationBytesEstimate(c, std::max(in.prefill_batch, 1));
+    ws_bytes_ = GpuWorkspaceEstimate(c, std::max(in.prefill_batch, 1), in.n_ctx, in.n_threads,
+                                     in.profile.gpu_library_workspace_bytes);
+    for (const UnitSpec& u : in.units) {
+      prefill_s_.push_back({UnitSeconds(u, Placement::kCpu, q_prefill_, in.profile),
+                            UnitSeconds(u, Placement::kGpu, q_prefill_, in.profile),
+                            UnitSeconds(u, Placement::kStream, q_prefill_, in.profile)});
+      decode_s_.push_back({UnitSeconds(u, Placement::kCpu, q_decode_, in.profile),
+                           UnitSeconds(u, Placement::kGpu, q_decode_, in.profile),
+                           UnitSeconds(u, Placement::kStream, q_decode_, in.profile)});
+    }
+    const uint64_t act_row = static_cast<uint64_t>(c.n_embd) * sizeof(float);
+    switch_prefill_s_ = TransferSeconds(act_row * n_eff_, in.profile);
+    switch_decode_s_ = TransferSeconds(act_row, in.profile);
+    logits_s_ = TransferSeconds(static_cast<uint64_t>(c.n_vocab) * sizeof(float), in.profile);
+  }
+
+  const PartitionInput& in() const { return in_; }
+  size_t size() const { return in_.units.size(); }
+  uint64_t kv(size_t i) const { return in_.units[i].KvBytes(in_.n_ctx, in_.kv_elem_bytes); }
+
+  // Mix-weighted seconds of one unit (no transfers).
+  double Node(size_t i, const Option& o) const {
+    return w_prefill_ * prefill_s_[i][static_cast<int>(o.prefill)] +
+           w_decode_ * decode_s_[i][static_cast<int>(o.decode)];
+  }
+  // Activations crossing between consecutive units.
+  double Edge(const Option& a, const Option& b) const {
+    double s = 0;
+    if (GpuSide(a.prefill) != GpuSide(b.prefill)) s += w_prefill_ * switch_prefill_s_;
+    if (GpuSide(a.decode) != GpuSide(b.decode)) s += w_decode_ * switch_decode_s_;
+    return s;
+  }
+  // Logits back to the host after the last unit.
+  double Exit(const Option& o) const {
+    return (GpuSide(o.prefill) ? w_prefill_ * logits_s_ : 0) + (GpuSide(o.decode) ? w_decode_ * logits_s_ : 0);
+  }
+  double Objective(const Assignment& a) const {
+    double t = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      t += Node(i, a[i]);
+      if (i > 0) t += Edge(a[i - 1], a[i]);
+    }
+    return t + Exit(a.back());
+  }
+
+  // Exact minimum over the chain given each unit's allowed options (Viterbi). Earlier options win ties.
+  Assignment Solve(const std::vector<std::vector<Option>>& allowed) const {
+    const size_t n = allowed.size();
+    std::vector<std::vector<double>> best(n);
+    std::vector<std::vector<int>> from(n);
+    for (size_t i = 0; i < n; ++i) {
+      best[i].assign(allowed[i].size(), std::numeric_limits<double>::infinity());
+      from[i].assign(allowed[i].size(), -1);
+      for (size_t j = 0; j < allowed[i].size(); ++j) {
+        const double node = Node(i, allowed[i][j]) + (i + 1 == n ? Exit(allowed[i][j]) : 0);
+        if (i == 0) {
+          best[i][j] = node;
+          continue;
+        }
+        for (size_t k = 0; k < allowed[i - 1].size(); ++k) {
+          const double c = best[i - 1][k] + Edge(allowed[i - 1][k], allowed[i][j]) + node;
+          if (c < best[i][j]) {
+            best[i][j] = c;
+            from[i][j] = static_cast<int>(k);
+          }
+        }
+      }
+    }
+    Assignment a(n);
+    int j = 0;
+    for (size_t k = 1; k < best[n - 1].size(); ++k) {
+      if (best[n - 1][k] < best[n - 1][j]) j = static_cast<int>(k);
+    }
+    for (size_t i = n; i-- > 0;) {
+      a[i] = allowed[i][j];
+      j = from[i][j];
+    }
+    return a;
+  }
+
+  struct Account {
+    MemoryAccount gpu, host;
+    uint64_t mmap = 0;
+    uint64_t slot = 0;
+  };
+  Account Measure(const Assignment& a) const {
+    Account acc;
+    bool any_gpu = false;
+    for (size_t i = 0; i < a.size(); ++i) {
+      const UnitSpec& u = in_.units[i];
+      const Option& o = a[i];
+      any_gpu |= AnyGpuSide(o);
+      if (Resident(o)) {
+        acc.gpu.weights += u.packed_bytes;
+      } else if (Streams(o)) {
+        acc.host.weights += u.packed_bytes;  // pinned source of the copies
+        acc.slot = std::max(acc.slot, u.packed_bytes);
+      } else {
+        acc.mmap += u.weight_bytes;
+      }
+      (AnyGpuSide(o) ? acc.gpu.kv : acc.host.kv) += kv(i);
+    }
+    acc.gpu.staging = 2 * acc.slot;
+    if (any_gpu) {
+      acc.gpu.activations = act_bytes_;
+      acc.gpu.workspace = ws_bytes_;
+    }
+    acc.host.activations = act_bytes_;
+    return acc;
+  }
+
+  uint64_t base_bytes() const { return act_bytes_ + ws_bytes_; }
+
+  Plan Finish(const Assignment& a, uint64_t cap, std::string why) const;
+
+ private:
+  const PartitionInput& in_;
+  int64_t n_eff_ = 1;
+  double w_prefill_ = 0, w_decode_ = 0;
+  CostQuery q_prefill_, q_prefill_report_, q_decode_;
+  uint64_t act_bytes_ = 0, ws_bytes_ = 0;
+  std::vector<std::array<double, 3>> prefill_s_, decode_s_;  // indexed by Placement
+  double switch_prefill_s_ = 0, switch_decode_s_ = 0, logits_s_ = 0;
+};
+
+Plan Planner::Finish(const Assignment& a, uint64_t cap, std::string why) const {
+  Plan plan;
+  const ModelConfig& c = in_.config;
+  plan.has_gpu = in_.has_gpu;
+  plan.vram_budget = cap;
+  plan.n_ctx = in_.n_ctx;
+  plan.prefill_batch = std::max(in_.prefill_batch, 1);
+  plan.n_threads = in_.n_threads;
+  plan.kv_elem_bytes = in_.kv_elem_bytes;
+  plan.device = in_.has_gpu ? in_.device_name : "none";
+  plan.prompt_tokens = in_.prompt_tokens;
+  plan.gen_tokens = in_.gen_tokens;
+  plan.why = std::move(why);
+  const Account acc = Measure(a);
+  plan.gpu = acc.gpu;
+  plan.host = acc.host;
+  plan.host_mmap_bytes = acc.mmap;
+  plan.staging_slot_bytes = acc.slot;
+
+  const uint64_t batch = static_cast<uint64_t>(plan.prefill_batch);
+  const uint64_t act_row = static_cast<uint64_t>(c.n_embd) * sizeof(float);
+  const uint64_t logits_row = static_cast<uint64_t>(c.n_vocab) * sizeof(float);
+  double prefill_s = 0, decode_s = 0;
+  uint64_t prefill_pcie = 0, decode_pcie = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const UnitSpec& u = in_.units[i];
+    UnitPlan up;
+    up.name = u.name;
+    up.kind = u.kind;
+    up.layer = u.layer;
+    up.prefill = a[i].prefill;
+    up.decode = a[i].decode;
+    up.weight_bytes = u.weight_bytes;
+    up.tensors = u.tensors;
+    up.kv_bytes = kv(i);
+    up.predicted_prefill_s = UnitSeconds(u, up.prefill, q_prefill_report_, in_.profile);
+    up.predicted_decode_s = UnitSeconds(u, up.decode, q_decode_, in_.profile);
+    prefill_s += up.predicted_prefill_s;
+    decode_s += up.predicted_decode_s;
+    if (up.prefill == Placement::kStream) prefill_pcie += u.weight_bytes;
+    if (up.decode == Placement::kStream) decode_pcie += u.weight_bytes;
+    // Side changes: the token ids enter before embd; activations cross between units.
+    const bool prev_p = i == 0 ? false : GpuSide(a[i - 1].prefill);
+    const bool prev_d = i == 0 ? false : GpuSide(a[i - 1].decode);
+    if (i == 0) {
+      if (GpuSide(up.prefill)) prefill_pcie += batch * sizeof(int32_t);
+      if (GpuSide(up.decode)) decode_pcie += sizeof(int32_t);
+    } else {
+      if (prev_p != GpuSide(up.prefill)) {
+        prefill_pcie += batch * act_row;
+        prefill_s += TransferSeconds(batch * act_row, in_.profile);
+      }
+      if (prev_d != GpuSide(up.decode)) {
+        decode_pcie += act_row;
+        decode_s += TransferSeconds(act_row, in_.profile);
+      }
+    }
+    plan.units.push_back(std::move(up));
+  }
+  // Logits of the last prompt token / of each decoded token come back to the host.
+  if (GpuSide(a.back().prefill)) {
+    prefill_pcie += logits_row;
+    prefill_s += TransferSeconds(logits_row, in_.profile);
+  }
+  if (GpuSide(a.back().decode)) {
+    decode_pcie += logits_row;
+    decode_s += TransferSeconds(logits_row, in_.profile);
+  }
+  plan.predicted_prefill_tps = prefill_s > 0 ? static_cast<double>(batch) / prefill_s : 0;
+  plan.predicted_decode_tps = decode_s > 0 ? 1.0 / decode_s : 0;
+  plan.pcie_bytes_per_prefill_token = prefill_pcie / batch;
+  plan.pcie_bytes_per_decode_token = decode_pcie;
+  return plan;
+}
+
+std::string Breakdown(const MemoryAccount& m) {
+  return Cat("weights ", FormatBytes(m.weights), ", KV ", FormatBytes(m.kv), ", staging ", FormatBytes(m.staging),
+             ", activations ", FormatBytes(m.activations), ", workspace ", FormatBytes(m.workspace));
+}
+
+std::string DescribeCap(const PlacementRequest& req, uint64_t cap, uint64_t capacity) {
+  if (req.vram_budget) return Cat("--vram-budget is ", FormatBytes(cap));
+  return Cat("the device has ", FormatBytes(capacity), " (", FormatBytes(cap),
+             " usable with 10% headroom; --vram-budget sets the cap exactly)");
+}
+
+// Rule placements per unit (nullopt: no rule). Checks that each rule matches something and needs no missing GPU.
+absl::StatusOr<std::vector<std::optional<Option>>> ApplyRules(const PartitionInput& in) {
+  std::vector<std::optional<Option>> fixed(in.units.size());
+  const std::vector<PlaceRule>& rules = in.request.rules;
+  for (const PlaceRule& r : rules) {
+    bool any = false;
+    for (const UnitSpec& u : in.units) {
+      for (const std::string& t : u.tensors) any = any || r.Matches(t);
+    }
+    if (!any) return InvalidArgument("--place '", r.pattern, "=", PlacementName(r.target), "' matches no tensor");
+    if (r.target != Placement::kCpu && !in.has_gpu) {
+      return InvalidArgument("--place '", r.pattern, "=", PlacementName(r.target),
+                             "' needs a GPU but there is no GPU device (--device sim:12GiB simulates one)");
+    }
+  }
+  for (size_t i = 0; i < in.units.size(); ++i) {
+    if (std::optional<size_t> r = FirstMatchingRule(rules, in.units[i].tensors)) {
+      fixed[i] = Option{rules[*r].target, rules[*r].target};
+    }
+  }
+  return fixed;
+}
+
+size_t RuleCount(const std::vector<std::optional<Option>>& fixed) {
+  return static_cast<size_t>(std::count_if(fixed.begin(), fixed.end(), [](const auto& f) { return f.has_value(); }));
+}
+
+// ---- counts mode ----
+Assignment CountsAssignment(const PartitionInput& in, const LayerCounts& counts,
+                            const std::vector<std::optional<Option>>& fixed) {
+  Assignment a(in.units.size(), kCpuOpt);
+  const int n_layer = in.config.n_layer;
+  for (size_t i = 0; i < in.units.size(); ++i) {
+    const UnitSpec& u = in.units[i];
+    Placement p = Placement::kCpu;
+    if (u.layer >= 0) {
+      p = counts.For(u.layer);
+    } else if (u.kind == UnitKind::kOutput) {
+      p = counts.For(n_layer - 1);
+    }
+    a[i] = fixed[i].value_or(Option{p, p});
+  }
+  return a;
+}
+
+absl::StatusOr<Plan> PartitionCounts(const Planner& pl, uint64_t cap, uint64_t capacity,
+                                     const std::vector<std::optional<Option>>& fixed) {
+  const PartitionInput& in = pl.in();
+  TANDEM_ASSIGN_OR_RETURN(const LayerCounts counts, ResolveCounts(in.request, in.config.n_layer, in.has_gpu));
+  const Assignment a = CountsAssignment(in, counts, fixed);
+  const uint64_t need = pl.Measure(a).gpu.total();
+  std::string why = Cat("counts: ", counts.cpu, " cpu, ", counts.stream, " stream, ", counts.gpu,
+                        " gpu layers (cpu first, gpu last)");
+  if (RuleCount(fixed) > 0) why += Cat("; --place rules fixed ", RuleCount(fixed), " units");
+  if (need <= cap) return pl.Finish(a, cap, why);
+
+  // Say what would fit: fewer resident layers (the rest on the CPU), else fewer streamed ones.
+  const std::string asked = in.request.DescribeCounts();
+  const std::string head = Cat(asked, " needs ", FormatBytes(need), " of VRAM (", Breakdown(pl.Measure(a).gpu),
+                               ") but ", DescribeCap(in.request, cap, capacity));
+  auto fits = [&](int gpu, int stream) {
+    LayerCounts c{in.config.n_layer - gpu - stream, stream, gpu};
+    return pl.Measure(CountsAssignment(in, c, fixed)).gpu.total() <= cap;
+  };
+  if (counts.gpu > 0) {
+    for (int g = counts.gpu - 1; g >= 0; --g) {
+      if (fits(g, counts.stream)) {
+        return absl::ResourceExhaustedError(Cat(head, "; at most ", g, " layers fit",
+                                                counts.stream > 0 ? Cat(" with --stream-layers ", counts.stream) : ""));
+      }
+    }
+  }
+  if (counts.stream > 0) {
+    for (int s = counts.stream - 1; s >= 0; --s) {
+      if (fits(0, s)) {
+        return absl::ResourceExhaustedError(Cat(head, "; at most ", s, " streamed layers fit (with no gpu layers)"));
+      }
+    }
+  }
+  return absl::ResourceExhaustedError(Cat(head, "; no layer fits on the GPU",
+                                          RuleCount(fixed) > 0 ? " with these --place rules" : ""));
+}
+
+// ---- auto mode ----
+struct Variant {
+  Assignment a;
+  double objective = std::numeric_limits<double>::infinity();
+};
+
+absl::StatusOr<Plan> PartitionAuto(const Planner& pl, uint64_t cap, uint64_t capacity,
+                                   const std::vector<std::optional<Option>>& fixed) {
+  const PartitionInput& in = pl.in();
+  const size_t n = pl.size();
+  // Rules that put units on the GPU side must fit by themselves.
+  uint64_t forced_slot = 0;
+  Assignment rules_only(n, kCpuOpt);
+  for (size_t i = 0; i < n; ++i) {
+    if (fixed[i]) rules_only[i] = *fixed[i];
+    if (fixed[i] && Streams(*fixed[i])) forced_slot = std::max(forced_slot, in.units[i].packed_bytes);
+  }
+  {
+    const MemoryAccount g = pl.Measure(rules_only).gpu;
+    if (g.total() > cap) {
+      return absl::ResourceExhaustedError(Cat("--place rules need ", FormatBytes(g.total()), " of VRAM (",
+                                              Breakdown(g), ") but ", DescribeCap(in.request, cap, capacity)));
+    }
+  }
+
+  // Streaming thresholds: no streaming (or only what rules force), then each distinct unit size above it.
+  std::set<uint64_t> thresholds = {forced_slot};
+  if (in.has_gpu) {
+    for (size_t i = 0; i < n; ++i) {
+      if (!fixed[i] && in.units[i].kind != UnitKind::kEmbd && in.units[i].packed_bytes > forced_slot) {
+        thresholds.insert(in.units[i].packed_bytes);
+      }
+    }
+  }
+
+  auto allowed_for = [&](const std::vector<bool>& resident, uint64_t slot, bool attn_stream) {
+    std::vector<std::vector<Option>> allowed(n);
+    for (size_t i = 0; i < n; ++i) {
+      const UnitSpec& u = in.units[i];
+      if (fixed[i]) {
+        allowed[i] = {*fixed[i]};
+      } else if (resident[i]) {
+        allowed[i] = {kGpuOpt};
+      } else if (u.kind == UnitKind::kEmbd) {
+        allowed[i] = {kCpuOpt};
+      } else {
+        const bool can_stream = in.has_gpu && slot > 0 && u.packed_bytes <= slot;
+        allowed[i] = {kCpuOpt};
+        if (can_stream && u.kind == UnitKind::kAttn && attn_stream) allowed[i].push_back(kStreamOpt);
+        if (can_stream && u.kind != UnitKind::kAttn) {
+          allowed[i].push_back({Placement::kStream, Placement::kCpu});
+          allowed[i].push_back({Placement::kCpu, Placement::kStream});
+          allowed[i].push_back(kStreamOpt);
+        }
+      }
+    }
+    return allowed;
+  };
+  // The cheapest feasible assignment for a resident set: streaming attention needs VRAM for its KV, so it is
+  // dropped when the account would not fit.
+  auto solve = [&](const std::vector<bool>& resident, uint64_t slot) -> std::optional<Assignment> {
+    for (bool attn_stream : {true, false}) {
+      Assignment a = pl.Solve(allowed_for(resident, slot, attn_stream));
+      if (pl.Measure(a).gpu.total() <= cap) return a;
+    }
+    return std::nullopt;
+  };
+
+  Variant best;
+  for (uint64_t slot : thresholds) {
+    std::vector<bool> resident(n, false);
+    uint64_t used = pl.base_bytes() + 2 * slot;
+    for (size_t i = 0; i < n; ++i) {
+      if (fixed[i] && AnyGpuSide(*fixed[i])) used += (Resident(*fixed[i]) ? in.units[i].packed_bytes : 0) + pl.kv(i);
+    }
+    if (in.has_gpu && used <= cap) {
+      // Greedy by predicted seconds saved per VRAM byte.
+      const std::vector<std::vector<Option>> nonres = allowed_for(resident, slot, true);
+      struct Cand {
+        size_t i;
+        double gain;
+        uint64_t bytes;
+      };
+      std::vector<Cand> cands;
+      // Listed last layer first: between equal candidates the later layers become resident, as with counts.
+      for (size_t i = n; i-- > 0;) {
+        if (fixed[i] || in.units[i].kind == UnitKind::kEmbd) continue;
+        double alt = std::numeric_limits<double>::infinity();
+        for (const Option& o : nonres[i]) alt = std::min(alt, pl.Node(i, o));
+        const double gain = alt - pl.Node(i, kGpuOpt);
+        if (gain > 0) cands.push_back({i, gain, in.units[i].packed_bytes + pl.kv(i)});
+      }
+      std::stable_sort(cands.begin(), cands.end(), [](const Cand& x, const Cand& y) {
+        return x.gain * static_cast<double>(std::max<uint64_t>(y.bytes, 1)) >
+               y.gain * static_cast<double>(std::max<uint64_t>(x.bytes, 1));
+      });
+      for (const Cand& c : cands) {
+        if (used + c.bytes <= cap) {
+          resident[c.i] = true;
+          used += c.bytes;
+        }
+      }
+    }
+    std::optional<Assignment> a = solve(resident, slot);
+    if (!a) continue;
+    double obj = pl.Objective(*a);
+    // Residents that do not pay for their transfers are dropped (they matter for tiny models).
+    for (size_t i = 0; i < n; ++i) {
+      if (!resident[i]) continue;
+      resident[i] = false;
+      std::optional<Assignment> b = solve(resident, slot);
+      const double ob = b ? pl.Objective(*b) : std::numeric_limits<double>::infinity();
+      if (ob < obj) {
+        a = std::move(b);
+        obj = ob;
+      } else {
+        resident[i] = true;
+      }
+    }
+    if (obj < best.objective) best = {std::move(*a), obj};
+  }
+  if (best.a.empty()) {
+    // Nothing on the GPU side fits (the rules alone fit, checked above).
+    best.a = rules_only;
+  }
+
+  size_t n_res = 0, n_sp = 0, n_sd = 0;
+  for (const Option& o : best.a) {
+    n_res += Resident(o);
+    n_sp += o.prefill == Placement::kStream;
+    n_sd += o.decode == Placement::kStream;
+  }
+  std::string why = in.has_gpu ? Cat("auto: ", n_res, " units resident, ", n_sp, " streamed in prefill, ", n_sd,
+                                     " streamed in decode, for ", in.prompt_tokens, " prompt + ", in.gen_tokens,
+                                     " generated tokens")
+                               : "auto: no GPU device, everything on the CPU";
+  if (RuleCount(fixed) > 0) why += Cat("; --place rules fixed ", RuleCount(fixed), " units");
+  return pl.Finish(best.a, cap, why);
+}
+
+}  // namespace
+
+uint64_t ActivationBytesEstimate(const ModelConfig& c, int64_t max_tokens) {
+  return ActivationBytes(c, std::max<int64_t>(max_tokens, 1));  // exactly what the executor allocates
+}
+
+uint64_t GpuWorkspaceEstimate(const ModelConfig& c, int64_t max_tokens, int64_t n_ctx, int n_threads,
+                              uint64_t library_bytes) {
+  const uint64_t t = static_cast<uint64_t>(std::max<int64_t>(max_tokens, 1));
+  const uint64_t max_cols = static_cast<uint64_t>(std::max({c.n_embd, c.n_ff, c.n_head * c.head_dim}));
+  const uint64_t score_rows = static_cast<uint64_t>(std::max(kAttentionQueryTile * c.n_head, n_threads));
+  const uint64_t scores = score_rows * static_cast<uint64_t>(std::max<int64_t>(n_ctx, 1)) * sizeof(float);
+  return library_bytes + t * max_cols * sizeof(float) + scores;
+}
+
+absl::StatusOr<Plan> Partition(const PartitionInput& in) {
+  if (in.units.empty()) return InvalidArgument("the model has no units to place");
+  if (in.n_ctx <= 0) return InvalidArgument("the context size must be > 0, got ", in.n_ctx);
+  if (in.prefill_batch <= 0) return InvalidArgument("the batch size must be > 0, got ", in.prefill_batch);
+  if (in.prompt_tokens < 0 || in.gen_tokens < 0) return InvalidArgument("token counts must be >= 0");
+  if (in.kv_elem_bytes <= 0) return InvalidArgument("the KV element size must be > 0");
+  uint64_t capacity = in.device_capacity;
+  if (in.has_gpu && capacity == 0) capacity = in.profile.gpu_capacity_bytes;
+  if (in.has_gpu && capacity == 0 && !in.request.vram_budget) {
+    return InvalidArgument("the GPU's memory size is unknown: give --vram-budget");
+  }
+  const uint64_t cap = EffectiveVramCap(in.request, in.has_gpu, capacity);
+  TANDEM_ASSIGN_OR_RETURN(const std::vector<std::optional<Option>> fixed, ApplyRules(in));
+  const Planner pl(in);
+  if (in.request.counts_given()) return PartitionCounts(pl, cap, capacity, fixed);
+  return PartitionAuto(pl, cap, capacity, fixed);
+}
+
+}  // namespace tandem

@@ -1,0 +1,71 @@
+// What the user asked for: layer counts (--gpu-layers/--cpu-layers/--stream-layers), --place rules and the VRAM
+// budget. The partitioner turns this into a Plan; this file only parses, validates and resolves the request.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <regex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "graph/plan.h"
+
+namespace tandem {
+
+// --place REGEX=cpu|gpu|stream. The regex is searched (not anchored) in each GGUF tensor name, so
+// 'ffn_.*_exps' matches "blk.3.ffn_up_exps.weight". A rule that matches any tensor of a unit places the whole
+// unit, in both phases.
+struct PlaceRule {
+  std::string pattern;
+  Placement target = Placement::kCpu;
+  std::shared_ptr<const std::regex> re;  // compiled pattern (shared: rules are copied around)
+  bool Matches(std::string_view tensor_name) const;
+};
+// Parses "REGEX=cpu". The target is after the LAST '=', so a regex may contain '='.
+absl::StatusOr<PlaceRule> ParsePlaceRule(std::string_view spec);
+
+struct PlacementRequest {
+  // Layer counts. Unset counts take the rest: --cpu-layers when unset, else --gpu-layers when unset; when all
+  // three are given they must add up to the model's layers. No count at all means auto placement.
+  std::optional<int> gpu_layers;
+  std::optional<int> cpu_layers;
+  std::optional<int> stream_layers;
+  std::vector<PlaceRule> rules;         // in order; for each unit, the first rule that matches wins
+  std::optional<uint64_t> vram_budget;  // explicit --vram-budget: a hard cap with no headroom taken off
+
+  bool counts_given() const { return gpu_layers || cpu_layers || stream_layers; }
+  // "--gpu-layers 30 --stream-layers 2", for messages.
+  std::string DescribeCounts() const;
+};
+
+// Layers per placement. Convention (llama.cpp's, where the LAST layers go to the GPU): layers
+// [0, cpu) run on the CPU, then [cpu, cpu + stream) are streamed, then the last `gpu` layers are resident.
+struct LayerCounts {
+  int cpu = 0;
+  int stream = 0;
+  int gpu = 0;
+  Placement For(int layer) const {
+    if (layer < cpu) return Placement::kCpu;
+    if (layer < cpu + stream) return Placement::kStream;
+    return Placement::kGpu;
+  }
+};
+
+// Fills in unset counts and checks them against n_layer and the device: errors say what would add up.
+absl::StatusOr<LayerCounts> ResolveCounts(const PlacementRequest& req, int n_layer, bool has_gpu);
+
+// Index of the first rule that matches any of `tensors`, or nullopt.
+std::optional<size_t> FirstMatchingRule(std::span<const PlaceRule> rules, std::span<const std::string> tensors);
+
+// The GPU memory the partitioner may fill: an explicit --vram-budget as is (never above a known capacity), else
+// the capacity less 10% headroom. 0 when there is no GPU.
+uint64_t EffectiveVramCap(const PlacementRequest& req, bool has_gpu, uint64_t capacity);
+
+// "12 GiB", "10.8 GiB", "512 MiB", "96 KiB", "17 B": one decimal, binary units.
+std::string FormatBytes(uint64_t bytes);
+
+}  // namespace tandem

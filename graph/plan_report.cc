@@ -1,0 +1,123 @@
+#include "graph/plan_report.h"
+
+#include <cstdio>
+
+#include "core/status.h"
+#include "graph/placement.h"
+
+namespace tandem {
+namespace {
+
+nlohmann::json AccountJson(const MemoryAccount& m) {
+  return {{"weights", m.weights},         {"kv", m.kv},
+          {"staging", m.staging},         {"activations", m.activations},
+          {"workspace", m.workspace},     {"total", m.total()}};
+}
+
+std::string Fmt(const char* fmt, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), fmt, v);
+  return buf;
+}
+
+std::string Pad(const std::string& s, size_t width, bool right) {
+  if (s.size() >= width) return s;
+  std::string out;
+  out.reserve(width);
+  if (right) out.append(width - s.size(), ' ');
+  out.append(s);
+  if (!right) out.append(width - s.size(), ' ');
+  return out;
+}
+
+}  // namespace
+
+const char* UnitKindName(UnitKind k) {
+  switch (k) {
+    case UnitKind::kEmbd:
+      return "embd";
+    case UnitKind::kAttn:
+      return "attn";
+    case UnitKind::kFfn:
+      return "ffn";
+    case UnitKind::kExpert:
+      return "expert";
+    case UnitKind::kOutput:
+      return "output";
+  }
+  return "?";
+}
+
+nlohmann::json PlanJson(const Plan& plan, bool with_tensors) {
+  nlohmann::json units = nlohmann::json::array();
+  for (const UnitPlan& u : plan.units) {
+    nlohmann::json j = {{"name", u.name},
+                        {"kind", UnitKindName(u.kind)},
+                        {"layer", u.layer},
+                        {"prefill", PlacementName(u.prefill)},
+                        {"decode", PlacementName(u.decode)},
+                        {"weight_bytes", u.weight_bytes},
+                        {"kv_bytes", u.kv_bytes},
+                        {"predicted_prefill_ms", u.predicted_prefill_s * 1e3},
+                        {"predicted_decode_ms", u.predicted_decode_s * 1e3}};
+    if (u.expert >= 0) j["expert"] = u.expert;
+    if (with_tensors) j["tensors"] = u.tensors;
+    units.push_back(std::move(j));
+  }
+  return {{"device", plan.device},
+          {"has_gpu", plan.has_gpu},
+          {"why", plan.why},
+          {"vram_budget", plan.vram_budget},
+          {"n_ctx", plan.n_ctx},
+          {"prefill_batch", plan.prefill_batch},
+          {"n_threads", plan.n_threads},
+          {"kv_elem_bytes", plan.kv_elem_bytes},
+          {"prompt_tokens", plan.prompt_tokens},
+          {"gen_tokens", plan.gen_tokens},
+          {"units", std::move(units)},
+          {"memory",
+           {{"gpu", AccountJson(plan.gpu)},
+            {"host", AccountJson(plan.host)},
+            {"mmap_bytes", plan.host_mmap_bytes},
+            {"staging_slot_bytes", plan.staging_slot_bytes}}},
+          {"predicted", {{"prefill_tps", plan.predicted_prefill_tps}, {"decode_tps", plan.predicted_decode_tps}}},
+          {"pcie_bytes_per_token",
+           {{"prefill", plan.pcie_bytes_per_prefill_token}, {"decode", plan.pcie_bytes_per_decode_token}}}};
+}
+
+std::string PlanTable(const Plan& plan) {
+  std::string out;
+  out += Cat("device: ", plan.device, plan.has_gpu ? Cat(" (VRAM cap ", FormatBytes(plan.vram_budget), ")") : "",
+             "\nplacement: ", plan.why, "\n\n");
+  out += Cat(Pad("unit", 14, false), Pad("weights", 11, true), Pad("KV", 11, true), "  ", Pad("prefill", 8, false),
+             Pad("decode", 8, false), Pad("prefill ms", 12, true), Pad("decode ms", 11, true), "\n");
+  for (const UnitPlan& u : plan.units) {
+    out += Cat(Pad(u.name, 14, false), Pad(FormatBytes(u.weight_bytes), 11, true),
+               Pad(u.kv_bytes ? FormatBytes(u.kv_bytes) : "-", 11, true), "  ", Pad(PlacementName(u.prefill), 8, false),
+               Pad(PlacementName(u.decode), 8, false), Pad(Fmt("%.3f", u.predicted_prefill_s * 1e3), 12, true),
+               Pad(Fmt("%.3f", u.predicted_decode_s * 1e3), 11, true), "\n");
+  }
+  out += Cat("\n", Pad("memory", 14, false), Pad("GPU", 12, true), Pad("host", 12, true), "\n");
+  const std::pair<const char*, uint64_t MemoryAccount::*> rows[] = {
+      {"weights", &MemoryAccount::weights},         {"KV cache", &MemoryAccount::kv},
+      {"staging", &MemoryAccount::staging},         {"activations", &MemoryAccount::activations},
+      {"workspace", &MemoryAccount::workspace}};
+  for (const auto& [label, field] : rows) {
+    out += Cat(Pad(label, 14, false), Pad(FormatBytes(plan.gpu.*field), 12, true),
+               Pad(FormatBytes(plan.host.*field), 12, true), "\n");
+  }
+  out += Cat(Pad("total", 14, false), Pad(FormatBytes(plan.gpu.total()), 12, true),
+             Pad(FormatBytes(plan.host.total()), 12, true), "\n");
+  out += Cat("host weights are pinned copies of streamed units; the model file (mmap) serves ",
+             FormatBytes(plan.host_mmap_bytes), " more in place\n");
+  if (plan.staging_slot_bytes > 0) {
+    out += Cat("staging: 2 buffers of ", FormatBytes(plan.staging_slot_bytes), "\n");
+  }
+  out += Cat("\npredicted: prefill ", Fmt("%.1f", plan.predicted_prefill_tps), " tok/s (batches of ",
+             plan.prefill_batch, "), decode ", Fmt("%.2f", plan.predicted_decode_tps), " tok/s\n");
+  out += Cat("PCIe bytes per token: prefill ", FormatBytes(plan.pcie_bytes_per_prefill_token), ", decode ",
+             FormatBytes(plan.pcie_bytes_per_decode_token), "\n");
+  return out;
+}
+
+}  // namespace tandem

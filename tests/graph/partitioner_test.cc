@@ -1,0 +1,396 @@
+// The partitioner without devices: determinism, the count convention, errors that say what fits, the VRAM
+// account against the budget, cost-driven choices with synthetic profiles, --place rules, real GGUF unit lists.
+#include "graph/partitioner.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <regex>
+
+#include "core/gguf.h"
+#include "core/model_config.h"
+#include "graph/plan_report.h"
+#include "tests/graph/mixtral_units.h"
+#include "tests/testutil.h"
+
+namespace tandem {
+namespace {
+
+using test::CpuProfile;
+using test::MixtralInput;
+
+constexpr uint64_t kGiB = 1ull << 30;
+
+PlaceRule Rule(const std::string& spec) { return ParsePlaceRule(spec).value(); }
+
+// The account recomputed from the plan's units, independently of the partitioner's own bookkeeping.
+struct Recount {
+  uint64_t weights = 0, kv = 0, slot = 0;
+};
+Recount RecountGpu(const Plan& p, const std::vector<UnitSpec>& units) {
+  Recount r;
+  for (size_t i = 0; i < p.units.size(); ++i) {
+    const UnitPlan& u = p.units[i];
+    EXPECT_EQ(u.name, units[i].name);
+    if (u.prefill == Placement::kGpu || u.decode == Placement::kGpu) {
+      r.weights += units[i].packed_bytes;
+    } else if (u.prefill == Placement::kStream || u.decode == Placement::kStream) {
+      r.slot = std::max(r.slot, units[i].packed_bytes);
+    }
+    if (u.kind == UnitKind::kAttn && (GpuSide(u.prefill) || GpuSide(u.decode))) r.kv += u.kv_bytes;
+  }
+  return r;
+}
+
+// Decode PCIe bytes recomputed from the units: streamed weights, activations at side changes, logits back.
+uint64_t RecountPcieDecode(const Plan& p, uint64_t n_embd, uint64_t n_vocab) {
+  uint64_t bytes = 0;
+  bool prev = false;  // the token enters on the host
+  for (const UnitPlan& u : p.units) {
+    if (u.decode == Placement::kStream) bytes += u.weight_bytes;
+    if (&u == &p.units.front()) {
+      if (GpuSide(u.decode)) bytes += sizeof(int32_t);
+    } else if (GpuSide(u.decode) != prev) {
+      bytes += n_embd * sizeof(float);
+    }
+    prev = GpuSide(u.decode);
+  }
+  if (prev) bytes += n_vocab * sizeof(float);
+  return bytes;
+}
+
+void ExpectAttentionOnOneSide(const Plan& p) {
+  for (const UnitPlan& u : p.units) {
+    if (u.kind == UnitKind::kAttn) {
+      EXPECT_EQ(GpuSide(u.prefill), GpuSide(u.decode)) << u.name << " changes side between phases";
+    }
+  }
+}
+
+const UnitPlan& Find(const Plan& p, const std::string& name) {
+  for (const UnitPlan& u : p.units) {
+    if (u.name == name) return u;
+  }
+  ADD_FAILURE() << "no unit " << name;
+  return p.units.front();
+}
+
+TEST(Partitioner, MixtralUnitsHaveTheExpectedBytes) {
+  PartitionInput in = MixtralInput("none", CpuProfile(50, 500));
+  ASSERT_EQ(in.units.size(), 66u);
+  EXPECT_EQ(in.units.front().name, "embd");
+  EXPECT_EQ(in.units[1].name, "blk.0.attn");
+  EXPECT_EQ(in.units[2].name, "blk.0.ffn");
+  EXPECT_EQ(in.units.back().name, "output");
+  // Q4_K: 144 bytes per 256 weights. Attention: q and o 4096x4096, k and v 4096x1024, plus an F32 norm.
+  const uint64_t attn = (2ull * 4096 * 4096 + 2ull * 4096 * 1024) / 256 * 144 + 4096 * 4;
+  EXPECT_EQ(in.units[1].weight_bytes, attn);
+  // FFN: 3 x 8 experts of 4096x14336, router 4096x8 F32, norm.
+  const uint64_t experts = 3ull * 8 * 4096 * 14336 / 256 * 144;
+  EXPECT_EQ(in.units[2].expert_bytes, experts);
+  EXPECT_EQ(in.units[2].weight_bytes, experts + 4096ull * 8 * 4 + 4096 * 4);
+  EXPECT_EQ(in.units[2].n_expert, 8);
+  EXPECT_EQ(in.units[2].n_expert_used, 2);
+  EXPECT_DOUBLE_EQ(in.units[2].expert_params, 3.0 * 4096 * 14336);
+  EXPECT_EQ(in.units[1].KvBytes(4096, 2), 2ull * 4096 * 1024 * 2);
+  // Packed for the device, each tensor on a 256-byte boundary: the 16 KiB norm and the 128 KiB router already are.
+  EXPECT_EQ(in.units[1].packed_bytes, in.units[1].weight_bytes);
+  EXPECT_EQ(in.units[2].packed_bytes, in.units[2].weight_bytes);
+}
+
+TEST(Partitioner, SameInputsGiveTheSamePlan) {
+  for (const char* dev : {"sim:12GiB", "sim:24GiB,pcie=2", "none"}) {
+    PartitionInput in = MixtralInput(dev, CpuProfile(50, 300));
+    const Plan a = Partition(in).value();
+    const PartitionInput copy = in;
+    const Plan b = Partition(copy).value();
+    EXPECT_EQ(PlanJson(a, true).dump(), PlanJson(b, true).dump()) << dev;
+  }
+}
+
+TEST(Partitioner, CountsPutCpuLayersFirstThenStreamThenGpuLast) {
+  PartitionInput in = MixtralInput("sim:80GiB", CpuProfile(50, 500));
+  in.request.cpu_layers = 20;
+  in.request.stream_layers = 4;  // gpu takes the remaining 8
+  const Plan p = Partition(in).value();
+  for (const UnitPlan& u : p.units) {
+    Placement want = Placement::kCpu;
+    if (u.layer >= 24) {
+      want = Placement::kGpu;
+    } else if (u.layer >= 20) {
+      want = Placement::kStream;
+    }
+    if (u.kind == UnitKind::kOutput) want = Placement::kGpu;  // follows the last layer
+    EXPECT_EQ(u.prefill, want) << u.name;
+    EXPECT_EQ(u.decode, want) << u.name;
+  }
+  EXPECT_EQ(Find(p, "embd").prefill, Placement::kCpu);
+  // Staging holds the largest streamed unit, twice.
+  EXPECT_EQ(p.staging_slot_bytes, in.units[2].packed_bytes);
+  EXPECT_EQ(p.gpu.staging, 2 * in.units[2].packed_bytes);
+  // Streamed units cross PCIe every token.
+  EXPECT_GE(p.pcie_bytes_per_decode_token, 4 * (in.units[1].weight_bytes + in.units[2].weight_bytes));
+}
+
+TEST(Partitioner, GpuLayersAloneLeaveTheRestOnTheCpu) {
+  PartitionInput in = MixtralInput("sim:24GiB", CpuProfile(50, 500));
+  in.request.gpu_layers = 10;
+  const Plan p = Partition(in).value();
+  for (const UnitPlan& u : p.units) {
+    if (u.layer >= 0) {
+      EXPECT_EQ(u.prefill, u.layer >= 22 ? Placement::kGpu : Placement::kCpu) << u.name;
+    }
+  }
+  EXPECT_NE(p.why.find("10 gpu"), std::string::npos) << p.why;
+}
+
+TEST(Partitioner, CountsThatDoNotAddUpSayWhatWould) {
+  PartitionInput in = MixtralInput("sim:80GiB", CpuProfile(50, 500));
+  in.request.gpu_layers = 10;
+  in.request.cpu_layers = 10;
+  in.request.stream_layers = 10;
+  absl::StatusOr<Plan> p = Partition(in);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+  const std::string m = Message(p.status());
+  EXPECT_NE(m.find("30"), std::string::npos) << m;
+  EXPECT_NE(m.find("32"), std::string::npos) << m;
+  EXPECT_NE(m.find("--cpu-layers 12"), std::string::npos) << m;  // the fix that adds up
+
+  in.request = {};
+  in.request.gpu_layers = 40;
+  p = Partition(in);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(Message(p.status()).find("the model has 32"), std::string::npos) << p.status();
+}
+
+TEST(Partitioner, GpuCountsWithoutADeviceAreAnError) {
+  PartitionInput in = MixtralInput("none", CpuProfile(50, 500));
+  in.request.gpu_layers = 4;
+  absl::StatusOr<Plan> p = Partition(in);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(Message(p.status()).find("no GPU"), std::string::npos) << p.status();
+  in.request = {};
+  in.request.rules.push_back(Rule("attn=gpu"));
+  p = Partition(in);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(Message(p.status()).find("needs a GPU"), std::string::npos) << p.status();
+}
+
+TEST(Partitioner, ImpossibleBudgetSaysHowManyLayersFit) {
+  PartitionInput in = MixtralInput("sim:80GiB", CpuProfile(50, 500));
+  in.request.gpu_layers = 30;
+  in.request.vram_budget = 12 * kGiB;
+  absl::StatusOr<Plan> p = Partition(in);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kResourceExhausted);
+  const std::string m = Message(p.status());
+  std::printf("%s\n", m.c_str());
+  EXPECT_NE(m.find("--gpu-layers 30 needs"), std::string::npos) << m;
+  EXPECT_NE(m.find("--vram-budget is 12 GiB"), std::string::npos) << m;
+  std::smatch match;
+  ASSERT_TRUE(std::regex_search(m, match, std::regex("at most (\\d+) layers fit"))) << m;
+  const int fit = std::stoi(match[1]);
+  // Independently: that many fit, one more does not.
+  in.request.gpu_layers = fit;
+  absl::StatusOr<Plan> ok = Partition(in);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_LE(ok->gpu.total(), 12 * kGiB);
+  in.request.gpu_layers = fit + 1;
+  EXPECT_FALSE(Partition(in).ok());
+  // A layer is ~0.83 GB (Q4_K experts, attention, KV): about 15 fit in 12 GiB next to the buffers and head.
+  EXPECT_GE(fit, 12);
+  EXPECT_LE(fit, 16);
+}
+
+TEST(Partitioner, ImplicitBudgetKeepsTenPercentHeadroom) {
+  PartitionInput in = MixtralInput("sim:12GiB", CpuProfile(50, 500));
+  in.request.gpu_layers = 30;
+  absl::StatusOr<Plan> p = Partition(in);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(Message(p.status()).find("10% headroom"), std::string::npos) << p.status();
+  in.request.gpu_layers = 1;
+  const Plan ok = Partition(in).value();
+  EXPECT_EQ(ok.vram_budget, 12 * kGiB - 12 * kGiB / 10);
+}
+
+TEST(Partitioner, VramAccountNeverExceedsTheBudget) {
+  for (uint64_t gib : {1, 2, 3, 4, 6, 8, 12, 16, 20, 24, 32, 48, 64}) {
+    for (bool explicit_budget : {false, true}) {
+      for (double pcie : {2.0, 25.0}) {
+        PartitionInput in = MixtralInput(Cat("sim:", gib, "GiB,pcie=", pcie), CpuProfile(40, 200));
+        if (explicit_budget) in.request.vram_budget = gib * kGiB;
+        const uint64_t cap = explicit_budget ? gib * kGiB : gib * kGiB - gib * kGiB / 10;
+        absl::StatusOr<Plan> p = Partition(in);
+        ASSERT_TRUE(p.ok()) << gib << " GiB: " << p.status();
+        EXPECT_LE(p->gpu.total(), cap) << gib << " GiB";
+        EXPECT_LE(p->gpu.total(), gib * kGiB);
+        const Recount r = RecountGpu(*p, in.units);
+        EXPECT_EQ(p->gpu.weights, r.weights);
+        EXPECT_EQ(p->gpu.kv, r.kv);
+        EXPECT_EQ(p->gpu.staging, 2 * r.slot);
+        ExpectAttentionOnOneSide(*p);
+        EXPECT_GT(p->predicted_decode_tps, 0);
+        EXPECT_GT(p->predicted_prefill_tps, 0);
+      }
+    }
+  }
+}
+
+TEST(Partitioner, SlowLinkDecodesOffloadedUnitsOnTheCpu) {
+  // pcie=2: copying a 0.8 GiB expert block takes 0.4 s, reading the 2 routed experts from RAM ~4 ms.
+  PartitionInput in = MixtralInput("sim:12GiB,pcie=2", CpuProfile(50, 500));
+  const Plan p = Partition(in).value();
+  int offloaded = 0;
+  for (const UnitPlan& u : p.units) {
+    if (u.kind == UnitKind::kEmbd || u.resident()) continue;
+    ++offloaded;
+    EXPECT_EQ(u.decode, Placement::kCpu) << u.name;
+  }
+  EXPECT_GT(offloaded, 10);
+  EXPECT_EQ(p.pcie_bytes_per_decode_token, RecountPcieDecode(p, 4096, 32000));
+}
+
+TEST(Partitioner, FastLinkStreamsPrefillFromASlowCpu) {
+  // pcie=50 and a 50 GFLOP/s CPU: a 512-token batch through one expert layer (2 of 8 experts per token) is
+  // ~0.36 TFLOP, 7 s on the CPU, against 16 ms to copy the layer's weights.
+  PartitionInput in = MixtralInput("sim:12GiB,pcie=50", CpuProfile(50, 50));
+  const Plan p = Partition(in).value();
+  int offloaded_ffn = 0;
+  for (const UnitPlan& u : p.units) {
+    if (u.kind != UnitKind::kFfn || u.resident()) continue;
+    ++offloaded_ffn;
+    EXPECT_EQ(u.prefill, Placement::kStream) << u.name;
+  }
+  EXPECT_GT(offloaded_ffn, 10);
+  EXPECT_GT(p.pcie_bytes_per_prefill_token, 0u);
+}
+
+TEST(Partitioner, ExpertsOnCpuWithAttentionOnGpu) {
+  PartitionInput in = MixtralInput("sim:24GiB", CpuProfile(50, 500));
+  in.request.rules.push_back(Rule("ffn_.*_exps=cpu"));
+  const Plan p = Partition(in).value();
+  for (const UnitPlan& u : p.units) {
+    if (u.kind == UnitKind::kFfn) {
+      EXPECT_EQ(u.prefill, Placement::kCpu) << u.name;
+      EXPECT_EQ(u.decode, Placement::kCpu) << u.name;
+    }
+    if (u.kind == UnitKind::kAttn) {
+      EXPECT_EQ(u.prefill, Placement::kGpu) << u.name;
+      EXPECT_EQ(u.decode, Placement::kGpu) << u.name;
+    }
+  }
+  EXPECT_NE(p.why.find("--place"), std::string::npos) << p.why;
+  // The same with counts: every layer "on the GPU", the rule takes the experts back.
+  in.request.gpu_layers = 32;
+  const Plan q = Partition(in).value();
+  EXPECT_EQ(Find(q, "blk.7.ffn").decode, Placement::kCpu);
+  EXPECT_EQ(Find(q, "blk.7.attn").decode, Placement::kGpu);
+}
+
+TEST(Partitioner, FirstMatchingRuleWinsAndBadRulesAreErrors) {
+  PartitionInput in = MixtralInput("sim:24GiB", CpuProfile(50, 500));
+  in.request.rules = {Rule("blk\\.3\\.ffn=stream"), Rule("ffn=cpu")};
+  const Plan p = Partition(in).value();
+  EXPECT_EQ(Find(p, "blk.3.ffn").prefill, Placement::kStream);
+  EXPECT_EQ(Find(p, "blk.3.ffn").decode, Placement::kStream);
+  EXPECT_EQ(Find(p, "blk.4.ffn").decode, Placement::kCpu);
+
+  in.request.rules = {Rule("no_such_tensor=cpu")};
+  absl::StatusOr<Plan> bad = Partition(in);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(Message(bad.status()).find("matches no tensor"), std::string::npos) << bad.status();
+
+  in.request.rules = {Rule("ffn=gpu")};  // 25 GiB of experts into 24 GiB
+  bad = Partition(in);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(Message(bad.status()).find("--place rules need"), std::string::npos) << bad.status();
+}
+
+TEST(Partitioner, NoGpuPutsEverythingOnTheCpu) {
+  const Plan p = Partition(MixtralInput("none", CpuProfile(50, 500))).value();
+  for (const UnitPlan& u : p.units) {
+    EXPECT_EQ(u.prefill, Placement::kCpu);
+    EXPECT_EQ(u.decode, Placement::kCpu);
+  }
+  EXPECT_EQ(p.gpu.total(), 0u);
+  EXPECT_EQ(p.pcie_bytes_per_decode_token, 0u);
+  EXPECT_EQ(p.host.kv, 32ull * 2 * 4096 * 1024 * 2);
+}
+
+TEST(Partitioner, MixtralOnTwelveAndTwentyFourGiB) {
+  const Plan p12 = Partition(MixtralInput("sim:12GiB", CpuProfile(50, 300))).value();
+  const Plan p24 = Partition(MixtralInput("sim:24GiB", CpuProfile(50, 300))).value();
+  std::printf("---- Mixtral-8x7B Q4_K shape on sim:12GiB ----\n%s", PlanTable(p12).c_str());
+  std::printf("---- Mixtral-8x7B Q4_K shape on sim:24GiB ----\n%s", PlanTable(p24).c_str());
+  // Attention is read every token and is small: it is resident in both.
+  for (const Plan* p : {&p12, &p24}) {
+    for (const UnitPlan& u : p->units) {
+      if (u.kind == UnitKind::kAttn) {
+        EXPECT_TRUE(u.resident()) << u.name;
+      }
+    }
+  }
+  EXPECT_GT(p24.gpu.weights, p12.gpu.weights + 8 * kGiB);
+  EXPECT_GT(p24.predicted_decode_tps, p12.predicted_decode_tps);
+}
+
+TEST(Partitioner, ZeroTokensInEitherPhaseStillPlan) {
+  PartitionInput in = MixtralInput("sim:12GiB", CpuProfile(50, 300));
+  in.gen_tokens = 0;
+  EXPECT_TRUE(Partition(in).ok());
+  in.gen_tokens = 128;
+  in.prompt_tokens = 0;
+  EXPECT_TRUE(Partition(in).ok());
+  in.prompt_tokens = -1;
+  EXPECT_FALSE(Partition(in).ok());
+}
+
+// Units built from real files: every tensor in one unit, bytes add up.
+void CheckRealModel(const std::string& path) {
+  std::unique_ptr<GgufFile> f = GgufFile::Open(path).value();
+  const ModelConfig cfg = LoadModelConfig(*f).value();
+  const std::vector<UnitSpec> units = BuildUnits(*f, cfg).value();
+  ASSERT_EQ(units.size(), 2u + 2u * cfg.n_layer);
+  std::map<std::string, int> seen;
+  uint64_t unit_bytes = 0;
+  for (const UnitSpec& u : units) {
+    unit_bytes += u.weight_bytes;
+    EXPECT_GE(u.packed_bytes, u.weight_bytes);
+    EXPECT_LT(u.packed_bytes, u.weight_bytes + 256 * u.tensors.size());
+    for (const std::string& t : u.tensors) ++seen[t];
+  }
+  uint64_t file_bytes = 0;
+  for (const GgufTensorInfo& t : f->tensors()) {
+    file_bytes += t.nbytes;
+    const int want = (cfg.tied_output && t.name == "token_embd.weight") ? 2 : 1;
+    EXPECT_EQ(seen[t.name], want) << t.name;
+  }
+  const uint64_t tied = cfg.tied_output ? f->FindTensor("token_embd.weight")->nbytes : 0;
+  EXPECT_EQ(unit_bytes, file_bytes + tied);
+  if (cfg.is_moe()) {
+    EXPECT_GT(units[2].expert_bytes, 0u);
+    EXPECT_EQ(units[2].n_expert, cfg.n_expert);
+  }
+
+  PartitionInput in;
+  in.config = cfg;
+  in.units = units;
+  in.profile = SimProfile(CpuProfile(20, 100), ParseSimSpec("sim:64MiB").value());
+  in.has_gpu = true;
+  in.device_capacity = 64ull << 20;
+  in.device_name = "sim:64MiB";
+  in.n_ctx = 256;
+  const Plan p = Partition(in).value();
+  EXPECT_LE(p.gpu.total(), 64ull << 20);
+  ExpectAttentionOnOneSide(p);
+}
+
+TEST(Partitioner, RealModelsStories260KMoe) { CheckRealModel(test::ModelPath("stories260K-moe4.gguf")); }
+TEST(Partitioner, RealModelsTinyMixtral) { CheckRealModel(test::DataPath("models/tiny-mixtral-Q4_0.gguf")); }
+
+}  // namespace
+}  // namespace tandem
