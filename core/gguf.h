@@ -2,6 +2,7 @@
 #pragma once
 
 #include <array>
+#include <functional>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -107,6 +108,9 @@ struct GgufWriteTensor {
   int n_dims = 1;
   std::array<int64_t, 4> ne = {1, 1, 1, 1};
   std::span<const uint8_t> data;  // exactly the tensor's bytes
+  // Alternative to `data` for tensors too large to hold all at once: called just before the tensor is written,
+  // with a buffer of exactly the tensor's byte size to fill (WriteGguf only).
+  std::function<absl::Status(uint8_t* dst, size_t bytes)> produce;
 };
 
 struct GgufWriteOptions {

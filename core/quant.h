@@ -14,7 +14,11 @@ void DequantizeRow(DType type, const void* src, float* dst, int64_t n);
 
 // Weight quantizers (round-to-nearest with the usual scale search, good enough for synthetic models):
 // F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K. Returns Unimplemented for other types.
-absl::Status QuantizeRow(DType type, const float* src, void* dst, int64_t n);
+// kFast tries one round-to-nearest scale per block instead of searching: for synthetic benchmark models,
+// where the error does not matter but generating billions of weights must stay quick.
+enum class QuantizeEffort { kBest, kFast };
+absl::Status QuantizeRow(DType type, const float* src, void* dst, int64_t n,
+                         QuantizeEffort effort = QuantizeEffort::kBest);
 bool CanQuantize(DType type);
 
 // Activation quantizers with llama.cpp's rounding, used before integer dot products:

@@ -36,7 +36,7 @@ float FitSymmetric(const float* x, int n, float s, int qmin, int qmax, int* q, f
 
 // Scale of the block (0 for an all-zero block). Candidates map the element of largest magnitude onto either end
 // of the range, stretched by up to 2 levels; the best least-squares refit wins.
-float SearchSymmetric(const float* x, int n, int qmin, int qmax) {
+float SearchSymmetric(const float* x, int n, int qmin, int qmax, bool search) {
   float xm = 0.0f;  // signed element of largest magnitude
   for (int i = 0; i < n; ++i) {
     if (std::fabs(x[i]) > std::fabs(xm)) xm = x[i];
@@ -44,10 +44,10 @@ float SearchSymmetric(const float* x, int n, int qmin, int qmax) {
   if (xm == 0.0f) return 0.0f;
   int q[256];
   float best_err = INFINITY, best_s = 0.0f;
-  for (int end = 0; end < 2; ++end) {
+  for (int end = 0; end < (search ? 2 : 1); ++end) {
     const float t0 = end == 0 ? static_cast<float>(qmin) : static_cast<float>(qmax);
     const float toward_zero = end == 0 ? 0.25f : -0.25f;
-    for (int k = 0; k <= 8; ++k) {
+    for (int k = 0; k <= (search ? 8 : 0); ++k) {
       float s;
       const float err = FitSymmetric(x, n, xm / (t0 + toward_zero * static_cast<float>(k)), qmin, qmax, q, &s);
       if (err < best_err && s != 0.0f) {
@@ -94,7 +94,7 @@ float FitAffine(const float* x, const int* q, int n, ScaleMin* out) {
   return static_cast<float>(err);
 }
 
-ScaleMin SearchAffine(const float* x, int n, int nmax) {
+ScaleMin SearchAffine(const float* x, int n, int nmax, bool search) {
   float lo = 0.0f, hi = x[0];  // lo <= 0 because min is stored unsigned
   for (int i = 0; i < n; ++i) {
     lo = std::min(lo, x[i]);
@@ -104,7 +104,8 @@ ScaleMin SearchAffine(const float* x, int n, int nmax) {
   if (hi <= lo) return best;
   int q[32];
   float best_err = INFINITY;
-  for (int k = -10; k <= 10; ++k) {  // levels spread over [lo, hi]: nmax - 1 .. nmax + 1
+  const int spread = search ? 10 : 0;
+  for (int k = -spread; k <= spread; ++k) {  // levels spread over [lo, hi]: nmax - 1 .. nmax + 1
     const float iscale = (static_cast<float>(nmax) + 0.1f * static_cast<float>(k)) / (hi - lo);
     for (int i = 0; i < n; ++i) q[i] = Clamp(RoundInt(iscale * (x[i] - lo)), 0, nmax);
     ScaleMin fit;
@@ -115,7 +116,7 @@ ScaleMin SearchAffine(const float* x, int n, int nmax) {
     }
   }
   // Alternate quantizing against the best fit and refitting while the error drops.
-  for (int iter = 0; iter < 4 && best.scale > 0; ++iter) {
+  for (int iter = 0; iter < (search ? 4 : 0) && best.scale > 0; ++iter) {
     for (int i = 0; i < n; ++i) q[i] = Clamp(RoundInt((x[i] + best.min) / best.scale), 0, nmax);
     ScaleMin fit;
     const float err = FitAffine(x, q, n, &fit);
@@ -127,9 +128,9 @@ ScaleMin SearchAffine(const float* x, int n, int nmax) {
 }
 
 // ---- plain floats ----
-void QuantF32(const float* x, void* dst, int64_t n) { std::memcpy(dst, x, static_cast<size_t>(n) * 4); }
+void QuantF32(const float* x, void* dst, int64_t n, bool search) { std::memcpy(dst, x, static_cast<size_t>(n) * 4); }
 
-void QuantF16(const float* x, void* dst, int64_t n) {
+void QuantF16(const float* x, void* dst, int64_t n, bool search) {
   auto* y = static_cast<uint8_t*>(dst);
   for (int64_t i = 0; i < n; ++i) {
     const f16_t h = F32ToF16(x[i]);
@@ -137,7 +138,7 @@ void QuantF16(const float* x, void* dst, int64_t n) {
   }
 }
 
-void QuantBF16(const float* x, void* dst, int64_t n) {
+void QuantBF16(const float* x, void* dst, int64_t n, bool search) {
   auto* y = static_cast<uint8_t*>(dst);
   for (int64_t i = 0; i < n; ++i) {
     const bf16_t h = F32ToBf16(x[i]);
@@ -146,12 +147,12 @@ void QuantBF16(const float* x, void* dst, int64_t n) {
 }
 
 // ---- 32-element blocks ----
-void QuantQ8_0(const float* x, void* dst, int64_t n) { QuantizeRowQ8_0(x, static_cast<BlockQ8_0*>(dst), n); }
+void QuantQ8_0(const float* x, void* dst, int64_t n, bool search) { QuantizeRowQ8_0(x, static_cast<BlockQ8_0*>(dst), n); }
 
-void QuantQ4_0(const float* x, void* dst, int64_t n) {
+void QuantQ4_0(const float* x, void* dst, int64_t n, bool search) {
   auto* b = static_cast<BlockQ4_0*>(dst);
   for (int64_t i = 0; i < n / kQK4_0; ++i, x += kQK4_0) {
-    b[i].d = F32ToF16(SearchSymmetric(x, kQK4_0, -8, 7));
+    b[i].d = F32ToF16(SearchSymmetric(x, kQK4_0, -8, 7, search));
     const float d = F16ToF32(b[i].d);  // quantize against the scale as stored
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     for (int j = 0; j < kQK4_0 / 2; ++j) {
@@ -175,11 +176,12 @@ void PackKScales(const int* sc, const int* m, uint8_t* out) {
 
 // One Q4_K/Q5_K super-block: searches each sub-block's scale and min, quantizes them to 6 bits against fp16
 // super-block scales, then quantizes the elements against the stored scales. Writes q[256] in [0, nmax].
-void QuantizeKAffine(const float* x, int nmax, f16_t* d_out, f16_t* dmin_out, uint8_t* scales, int* q) {
+void QuantizeKAffine(const float* x, int nmax, bool search, f16_t* d_out, f16_t* dmin_out, uint8_t* scales,
+                     int* q) {
   ScaleMin sub[8];
   float max_scale = 0.0f, max_min = 0.0f;
   for (int k = 0; k < 8; ++k) {
-    sub[k] = SearchAffine(x + 32 * k, 32, nmax);
+    sub[k] = SearchAffine(x + 32 * k, 32, nmax, search);
     max_scale = std::max(max_scale, sub[k].scale);
     max_min = std::max(max_min, sub[k].min);
   }
@@ -208,20 +210,20 @@ void PackKNibbles(const int* q, uint8_t* qs) {
   }
 }
 
-void QuantQ4_K(const float* x, void* dst, int64_t n) {
+void QuantQ4_K(const float* x, void* dst, int64_t n, bool search) {
   auto* b = static_cast<BlockQ4_K*>(dst);
   int q[kQK_K];
   for (int64_t i = 0; i < n / kQK_K; ++i, x += kQK_K) {
-    QuantizeKAffine(x, 15, &b[i].d, &b[i].dmin, b[i].scales, q);
+    QuantizeKAffine(x, 15, search, &b[i].d, &b[i].dmin, b[i].scales, q);
     PackKNibbles(q, b[i].qs);
   }
 }
 
-void QuantQ5_K(const float* x, void* dst, int64_t n) {
+void QuantQ5_K(const float* x, void* dst, int64_t n, bool search) {
   auto* b = static_cast<BlockQ5_K*>(dst);
   int q[kQK_K];
   for (int64_t i = 0; i < n / kQK_K; ++i, x += kQK_K) {
-    QuantizeKAffine(x, 31, &b[i].d, &b[i].dmin, b[i].scales, q);
+    QuantizeKAffine(x, 31, search, &b[i].d, &b[i].dmin, b[i].scales, q);
     PackKNibbles(q, b[i].qs);
     std::memset(b[i].qh, 0, sizeof(b[i].qh));
     for (int e = 0; e < kQK_K; ++e) b[i].qh[e % 32] |= static_cast<uint8_t>((q[e] >> 4) << (e / 32));
@@ -229,13 +231,13 @@ void QuantQ5_K(const float* x, void* dst, int64_t n) {
 }
 
 // Q6_K: 16 symmetric sub-blocks of 16 with int8 scales against an fp16 super-block scale.
-void QuantQ6_K(const float* x, void* dst, int64_t n) {
+void QuantQ6_K(const float* x, void* dst, int64_t n, bool search) {
   auto* b = static_cast<BlockQ6_K*>(dst);
   for (int64_t i = 0; i < n / kQK_K; ++i, x += kQK_K) {
     float sub[16];
     float ms = 0.0f;  // signed sub-block scale of largest magnitude
     for (int k = 0; k < 16; ++k) {
-      sub[k] = SearchSymmetric(x + 16 * k, 16, -32, 31);
+      sub[k] = SearchSymmetric(x + 16 * k, 16, -32, 31, search);
       if (std::fabs(sub[k]) > std::fabs(ms)) ms = sub[k];
     }
     b[i].d = F32ToF16(ms / -128.0f);  // the largest scale becomes -128, using the full int8 range
@@ -260,7 +262,8 @@ void QuantQ6_K(const float* x, void* dst, int64_t n) {
   }
 }
 
-using QuantFn = void (*)(const float*, void*, int64_t);
+// `search`: try several scales and refit (slow, lower error); otherwise one round-to-nearest candidate.
+using QuantFn = void (*)(const float*, void*, int64_t, bool search);
 
 QuantFn QuantFor(DType type) {
   switch (type) {
@@ -280,13 +283,13 @@ QuantFn QuantFor(DType type) {
 
 bool CanQuantize(DType type) { return QuantFor(type) != nullptr; }
 
-absl::Status QuantizeRow(DType type, const float* src, void* dst, int64_t n) {
+absl::Status QuantizeRow(DType type, const float* src, void* dst, int64_t n, QuantizeEffort effort) {
   const QuantFn fn = QuantFor(type);
   if (fn == nullptr) return Unimplemented("no weight quantizer for ", DTypeName(type));
   const int64_t block = Traits(type).block_elems;
   if (n % block != 0)
     return InvalidArgument("row of ", n, " elements is not a multiple of ", DTypeName(type), "'s block size ", block);
-  fn(src, dst, n);
+  fn(src, dst, n, effort == QuantizeEffort::kBest);
   return absl::OkStatus();
 }
 

@@ -79,13 +79,17 @@ class Backend {
   virtual void Add(const float* a, const float* b, int64_t n, float* y) = 0;
   virtual void Scale(const float* x, float s, int64_t n, float* y) = 0;            // y = s * x
   virtual void AddScaled(const float* x, float s, int64_t n, float* y) = 0;        // y += s * x
-  // Softmax top-k router; ids and weights are written to HOST memory (the executor groups tokens by expert).
+  // Softmax top-k router; ids and weights are written to HOST memory, and are there when the call returns (it
+  // synchronizes the compute stream), because the model groups tokens by expert right after.
   virtual void MoeRoute(const float* logits, int64_t n_tok, int n_expert, int k, int32_t* ids_host,
                         float* weights_host) = 0;
-  // Gathers rows: y[i] = x[idx[i]] (idx in host memory), and scatters back with a weight: y[idx[i]] += s[i] * x[i].
+  // Gathers rows: y[i] = x[idx[i]] (idx in host memory), and scatters back with a weight: y[idx[i]] += s[i] * x[i]
+  // (ScatterAddRows) or y[idx[i]] = s[i] * x[i] (ScatterRows).
   virtual void GatherRows(const float* x, const int32_t* idx_host, int64_t n_idx, int64_t n, float* y) = 0;
   virtual void ScatterAddRows(const float* x, const int32_t* idx_host, const float* w_host, int64_t n_idx,
                               int64_t n, float* y) = 0;
+  virtual void ScatterRows(const float* x, const int32_t* idx_host, const float* w_host, int64_t n_idx, int64_t n,
+                           float* y) = 0;
 
   virtual absl::Status TakeError() = 0;
 };

@@ -4,6 +4,7 @@
 
 #include "core/status.h"
 #include "cpu_backend/cpu_backend.h"
+#include "graph/planning.h"
 
 namespace tandem {
 
@@ -22,12 +23,16 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& opts) 
   e->n_batch_ = std::min(opts.n_batch, e->n_ctx_);
 
   e->cpu_ = CreateCpuBackend(CpuBackendOptions{.n_threads = opts.n_threads});
-  Plan plan;
-  if (opts.device == "auto" || opts.device == "none" || opts.device == "cpu") {
-    plan = CpuOnlyPlan(e->cfg_);
-  } else {
-    return InvalidArgument("unknown device '", opts.device, "' (expected auto, none, cuda[:I] or sim:VRAM[,...])");
-  }
+  TANDEM_ASSIGN_OR_RETURN(DeviceSetup dev,
+                          SetupDevice(opts.device, DeviceSetupOptions{
+                                                       .n_threads = opts.n_threads,
+                                                       .cuda_vram_budget = opts.placement.vram_budget.value_or(0)}));
+  const PlanOptions po{.n_ctx = e->n_ctx_, .n_batch = e->n_batch_, .n_threads = std::max(opts.n_threads, 1),
+                       .kv_elem_bytes = opts.kv_type == DType::kF16 ? 2 : 4, .prompt_tokens = opts.prompt_tokens,
+                       .gen_tokens = opts.gen_tokens};
+  TANDEM_ASSIGN_OR_RETURN(Plan plan, PlanModel(*e->file_, e->cfg_, dev, opts.placement, po));
+  // A plan that keeps everything on the CPU runs without the device: nothing is allocated there.
+  if (plan.gpu.total() > 0) e->gpu_ = std::move(dev.backend);
   ExecutorOptions xo{.n_ctx = e->n_ctx_, .max_batch = e->n_batch_, .kv_type = opts.kv_type, .dump = opts.dump,
                      .progress = opts.progress};
   TANDEM_ASSIGN_OR_RETURN(e->executor_,

@@ -12,6 +12,7 @@
 #include "core/tokenizer.h"
 #include "graph/backend.h"
 #include "graph/executor.h"
+#include "graph/placement.h"
 #include "graph/plan.h"
 
 namespace tandem {
@@ -19,6 +20,9 @@ namespace tandem {
 struct EngineOptions {
   std::string model_path;
   std::string device = "auto";        // auto|none|cuda[:I]|sim:...
+  PlacementRequest placement;         // counts, --place rules, budget; none given = auto
+  int prompt_tokens = 512;            // the expected mix auto placement optimises for
+  int gen_tokens = 128;
   int n_ctx = 0;                      // 0: min(4096, the model's training context)
   int n_batch = 512;                  // prefill batch
   int n_threads = 0;                  // 0: one per core

@@ -97,7 +97,7 @@ void ForEachMatrix(FfnWeights& w, const std::function<void(WeightMatrix&)>& fn) 
 namespace {
 
 struct ActLayout {
-  int64_t x, cur, q, k, v, att, gate, up, router, xe, logits, ids, pos;  // element counts
+  int64_t x, cur, q, k, v, att, gate, up, router, xe, slots, logits, ids, pos;  // element counts
 };
 
 ActLayout LayoutOf(const ModelConfig& c, int64_t t) {
@@ -105,7 +105,8 @@ ActLayout LayoutOf(const ModelConfig& c, int64_t t) {
   return ActLayout{
       .x = t * c.n_embd, .cur = t * std::max<int64_t>(c.n_embd, q_dim), .q = t * q_dim,
       .k = t * c.n_embd_kv(), .v = t * c.n_embd_kv(), .att = t * q_dim, .gate = t * c.n_ff, .up = t * c.n_ff,
-      .router = t * std::max(c.n_expert, 1), .xe = t * c.n_embd, .logits = t * c.n_vocab, .ids = t, .pos = t};
+      .router = t * std::max(c.n_expert, 1), .xe = t * c.n_embd,
+      .slots = t * c.n_embd * std::max(c.n_expert_used, 1), .logits = t * c.n_vocab, .ids = t, .pos = t};
 }
 
 // Each buffer starts on a 64-byte boundary.
@@ -116,7 +117,7 @@ int64_t Pad(int64_t n) { return (n + 15) / 16 * 16; }
 size_t ActivationBytes(const ModelConfig& cfg, int64_t max_tokens) {
   const ActLayout l = LayoutOf(cfg, max_tokens);
   int64_t n = 0;
-  for (int64_t e : {l.x, l.cur, l.q, l.k, l.v, l.att, l.gate, l.up, l.router, l.xe, l.logits, l.ids, l.pos}) {
+  for (int64_t e : {l.x, l.cur, l.q, l.k, l.v, l.att, l.gate, l.up, l.router, l.xe, l.slots, l.logits, l.ids, l.pos}) {
     n += Pad(e);
   }
   return static_cast<size_t>(n) * 4;
@@ -141,6 +142,7 @@ Activations CarveActivations(void* block, const ModelConfig& cfg, int64_t max_to
   a.up = take(l.up);
   a.router = take(l.router);
   a.xe = take(l.xe);
+  a.slots = take(l.slots);
   a.logits = take(l.logits);
   a.ids = reinterpret_cast<int32_t*>(take(l.ids));
   a.pos = reinterpret_cast<int32_t*>(take(l.pos));
@@ -151,8 +153,9 @@ void MoeScratch::Reserve(const ModelConfig& cfg, int64_t max_tokens) {
   const int64_t k = std::max(cfg.n_expert_used, 1);
   topk_ids.resize(max_tokens * k);
   topk_weights.resize(max_tokens * k);
-  rows.resize(max_tokens);
-  row_weights.resize(max_tokens);
+  rows.resize(max_tokens * k);
+  slot_rows.resize(max_tokens * k);
+  row_weights.resize(max_tokens * k);
 }
 
 // ---- The model, one named step per line ----
@@ -199,11 +202,14 @@ void DenseFfn(Backend& be, const StepContext& s, int il, const ExpertWeights& w,
 }
 
 // out = x + sum over the token's top-k experts of weight * FFN_e(norm(x)). Tokens are grouped by expert so each
-// expert runs one matmul over all of its tokens; its weighted output is scattered straight into the residual.
+// expert runs one matmul over all of its tokens. Its weighted outputs land in the token's top-k slot, and the slots
+// are summed in slot order (descending probability) before the residual add, the order llama.cpp sums them in:
+// quantized models amplify even last-bit differences at activation rounding boundaries.
 void MoeFfn(Backend& be, const StepContext& s, int il, const FfnWeights& w, Activations& act, MoeScratch& moe) {
   const ModelConfig& c = *s.cfg;
   const int64_t n = s.n_tok;
   const int k = c.n_expert_used;
+  const int64_t slot_elems = n * c.n_embd;
   be.MatMul(w.router, act.cur, n, act.router);          Named(s, be, act.router, n * c.n_expert, "ffn_gate_inp", il);
   be.MoeRoute(act.router, n, c.n_expert, k, moe.topk_ids.data(), moe.topk_weights.data());
   for (int e = 0; e < c.n_expert; ++e) {
@@ -212,6 +218,7 @@ void MoeFfn(Backend& be, const StepContext& s, int il, const FfnWeights& w, Acti
       for (int j = 0; j < k; ++j) {
         if (moe.topk_ids[t * k + j] != e) continue;
         moe.rows[m] = static_cast<int32_t>(t);
+        moe.slot_rows[m] = static_cast<int32_t>(j * n + t);
         moe.row_weights[m++] = moe.topk_weights[t * k + j];
       }
     }
@@ -222,8 +229,11 @@ void MoeFfn(Backend& be, const StepContext& s, int il, const FfnWeights& w, Acti
     be.MatMul(x.up, act.xe, m, act.up);
     be.SwiGlu(act.gate, act.up, m * c.n_ff, act.gate);
     be.MatMul(x.down, act.gate, m, act.xe);
-    be.ScatterAddRows(act.xe, moe.rows.data(), moe.row_weights.data(), m, c.n_embd, act.x);
+    be.ScatterRows(act.xe, moe.slot_rows.data(), moe.row_weights.data(), m, c.n_embd, act.slots);
   }
+  for (int j = 1; j < k; ++j) be.Add(act.slots, act.slots + j * slot_elems, slot_elems, act.slots);
+  Named(s, be, act.slots, slot_elems, "ffn_moe_out", il);
+  be.Add(act.x, act.slots, slot_elems, act.x);
 }
 
 }  // namespace

@@ -63,6 +63,7 @@ struct Activations {
   float* up = nullptr;      // [max_tok][n_ff]
   float* router = nullptr;  // [max_tok][n_expert]
   float* xe = nullptr;      // [max_tok][n_embd] tokens gathered for one expert
+  float* slots = nullptr;   // [n_expert_used][max_tok][n_embd] weighted expert outputs, slot-major
   float* logits = nullptr;  // [max_tok][n_vocab]
   int32_t* ids = nullptr;   // [max_tok] token ids (this backend's memory)
   int32_t* pos = nullptr;   // [max_tok] positions (this backend's memory)
@@ -76,8 +77,9 @@ Activations CarveActivations(void* block, const ModelConfig& cfg, int64_t max_to
 struct MoeScratch {
   std::vector<int32_t> topk_ids;    // [max_tok][k]
   std::vector<float> topk_weights;  // [max_tok][k]
-  std::vector<int32_t> rows;        // [max_tok] token rows routed to the current expert
-  std::vector<float> row_weights;   // [max_tok]
+  std::vector<int32_t> rows;        // token rows routed to the current expert
+  std::vector<int32_t> slot_rows;   // their rows in Activations::slots (slot * n_tok + token)
+  std::vector<float> row_weights;   // their routing weights
   void Reserve(const ModelConfig& cfg, int64_t max_tokens);
 };
 

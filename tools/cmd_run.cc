@@ -16,6 +16,7 @@
 #include "tools/cli_util.h"
 #include "tools/commands.h"
 #include "tools/placement_flags.h"
+#include "tools/placement_request.h"
 #include "tools/run_report.h"
 
 namespace tandem::cli {
@@ -144,8 +145,10 @@ int CmdRun(std::span<const std::string> argv) {
   }
   const RunFlags& f = *parsed;
 
-  EngineOptions eo{.model_path = f.model, .device = f.placement.device, .n_ctx = f.n_ctx, .n_batch = f.n_batch,
-                   .n_threads = f.n_threads, .kv_type = f.kv_type};
+  absl::StatusOr<PlacementRequest> placement = ToPlacementRequest(f.placement);
+  if (!placement.ok()) return Fail(placement.status());
+  EngineOptions eo{.model_path = f.model, .device = f.placement.device, .placement = *placement, .n_ctx = f.n_ctx,
+                   .n_batch = f.n_batch, .n_threads = f.n_threads, .kv_type = f.kv_type};
   auto engine_or = Engine::Open(eo);
   if (!engine_or.ok()) return Fail(engine_or.status());
   Engine& engine = **engine_or;

@@ -4,7 +4,5 @@
 
 namespace tandem::cli {
 
-int CmdBench(std::span<const std::string>) { return Fail("bench: not implemented yet"); }
-int CmdSynth(std::span<const std::string>) { return Fail("synth: not implemented yet"); }
 
 }  // namespace tandem::cli

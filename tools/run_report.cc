@@ -19,31 +19,6 @@ std::string HumanBytes(uint64_t b) {
   return buf;
 }
 
-nlohmann::json PlanJson(const Plan& plan) {
-  nlohmann::json units = nlohmann::json::array();
-  for (const UnitPlan& u : plan.units) {
-    units.push_back({{"name", u.name},
-                     {"prefill", PlacementName(u.prefill)},
-                     {"decode", PlacementName(u.decode)},
-                     {"weight_bytes", u.weight_bytes}});
-  }
-  auto account = [](const MemoryAccount& m) {
-    return nlohmann::json{{"weights", m.weights},       {"kv", m.kv},
-                          {"staging", m.staging},       {"activations", m.activations},
-                          {"workspace", m.workspace},   {"total", m.total()}};
-  };
-  return {{"why", plan.why},
-          {"units", units},
-          {"vram_budget", plan.vram_budget},
-          {"gpu", account(plan.gpu)},
-          {"host", account(plan.host)},
-          {"host_mmap_bytes", plan.host_mmap_bytes},
-          {"predicted_prefill_tps", plan.predicted_prefill_tps},
-          {"predicted_decode_tps", plan.predicted_decode_tps},
-          {"pcie_bytes_per_prefill_token", plan.pcie_bytes_per_prefill_token},
-          {"pcie_bytes_per_decode_token", plan.pcie_bytes_per_decode_token}};
-}
-
 namespace {
 double PerSecond(double n, double ms) { return ms > 0 ? n * 1000.0 / ms : 0.0; }
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include "graph/executor.h"
 #include "graph/plan.h"
+#include "graph/plan_report.h"
 #include "nlohmann/json.hpp"
 
 namespace tandem::cli {
@@ -25,7 +26,6 @@ struct RunReport {
   const Plan* plan = nullptr;
 };
 
-nlohmann::json PlanJson(const Plan& plan);
 nlohmann::json RunReportJson(const RunReport& r);
 std::string RunReportSummary(const RunReport& r);
 // "1.23 GiB" style.
