@@ -92,6 +92,9 @@ class Backend {
                            float* y) = 0;
 
   virtual absl::Status TakeError() = 0;
+
+  // Names the work queued from now on (the unit's name), for traces and profilers. Optional.
+  virtual void SetTraceLabel(std::string_view label) {}
 };
 
 }  // namespace tandem

@@ -21,6 +21,7 @@ struct EngineOptions {
   std::string model_path;
   std::string device = "auto";        // auto|none|cuda[:I]|sim:...
   PlacementRequest placement;         // counts, --place rules, budget; none given = auto
+  std::string profile_path;           // machine profile to plan with; empty: the cached calibration
   int prompt_tokens = 512;            // the expected mix auto placement optimises for
   int gen_tokens = 128;
   int n_ctx = 0;                      // 0: min(4096, the model's training context)

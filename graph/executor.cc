@@ -340,6 +340,7 @@ absl::Status Executor::Forward(std::span<const int32_t> tokens, int64_t pos0, in
     const Unit& u = m.units[streamed[j]];
     // The slot's previous user (streamed unit j - 2) must finish computing before it is overwritten.
     if (j >= 2) TANDEM_RETURN_IF_ERROR(m.gpu->WaitEvent(m.compute_done[slot], Stream::kCopy));
+    m.gpu->SetTraceLabel(u.plan->name);
     TANDEM_RETURN_IF_ERROR(m.gpu->CopyHostToDevice(m.staging[slot], u.pinned, u.packed_bytes, Stream::kCopy));
     TANDEM_RETURN_IF_ERROR(m.gpu->RecordEvent(m.copy_done[slot], Stream::kCopy));
     pcie += u.packed_bytes;
@@ -379,6 +380,7 @@ absl::Status Executor::Forward(std::span<const int32_t> tokens, int64_t pos0, in
       TANDEM_RETURN_IF_ERROR(m.gpu->WaitEvent(m.copy_done[slot], Stream::kCompute));
       w = &u.staged[slot];
     }
+    be.SetTraceLabel(u.plan->name);
     if (u.plan->kind == UnitKind::kEmbd) {
       where = side;  // the lookup writes the residual stream fresh
     } else {

@@ -35,6 +35,10 @@ void Named(const StepContext& s, Backend& be, const float* data, int64_t n, std:
 
 absl::StatusOr<ModelWeights> MapWeights(const GgufFile& f, const ModelConfig& cfg) {
   ModelWeights w;
+  // Llama 3.1's per-pair RoPE frequency factors change the rotation; running without them would be silently wrong.
+  if (f.FindTensor("rope_freqs.weight") != nullptr) {
+    return Unimplemented("rope_freqs.weight (Llama 3.1 RoPE frequency factors) is not supported yet");
+  }
   TANDEM_ASSIGN_OR_RETURN(w.token_embd, Find(f, "token_embd.weight"));
   TANDEM_ASSIGN_OR_RETURN(w.output_norm, Find(f, "output_norm.weight"));
   if (cfg.tied_output) {

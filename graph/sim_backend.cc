@@ -254,8 +254,9 @@ absl::Status SimBackend::ReserveWorkspace(const WorkspaceSpec& spec) {
     const int64_t cols = (spec.max_cols + block - 1) / block * block;
     matmul_bytes = std::max(matmul_bytes, cpu::MatMulScratchBytes(type, cols, std::max<int64_t>(spec.max_tokens, 1)));
   }
-  // As the CPU backend: the host's OpenMP setting, or spec.n_threads when larger.
-  const int threads = std::max(spec.n_threads, omp_get_max_threads());
+  // One thread: a second OpenMP team beside the CPU backend's would spin against it for the same cores (measured
+  // 16x slower decode on 2 cores). The sim stands for a GPU, whose speed gpu_gbps sets anyway.
+  const int threads = 1;
   if (threads != compute_threads_) SetComputeThreads(threads);
   const size_t attention_bytes = cpu::AttentionScratchBytes(spec.n_ctx, spec.n_head, compute_threads_);
   if (workspace_ != nullptr) {
@@ -541,7 +542,9 @@ void SimBackend::Attention(const float* q, const KvLayer& kv, int64_t n_tok, int
     return;
   }
   void* scratch = static_cast<uint8_t*>(workspace_) + matmul_scratch_bytes_;
-  Compute("Attention", 0, [=] { cpu::Attention(q, kv, n_tok, pos0, p, out, scratch); });
+  // A GPU's attention is bound by reading the cached K and V rows, so that is what the throttle charges.
+  const uint64_t kv_read = 2ull * static_cast<uint64_t>(pos0 + n_tok) * kv.row_elems * (kv.type == DType::kF32 ? 4 : 2);
+  Compute("Attention", kv_read, [=] { cpu::Attention(q, kv, n_tok, pos0, p, out, scratch); });
 }
 
 void SimBackend::SwiGlu(const float* g, const float* u, int64_t n, float* y) {

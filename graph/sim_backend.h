@@ -100,7 +100,7 @@ class SimBackend final : public Backend {
 
   // ---- Simulation extras (not part of Backend) ----
   // Labels the work queued from now on (the executor passes the unit name, e.g. "blk.3.ffn").
-  void SetTraceLabel(std::string_view label);
+  void SetTraceLabel(std::string_view label) override;
   std::vector<TraceEvent> Trace() const;  // a copy, in completion order
   void ClearTrace();
   const SimOptions& options() const { return opts_; }

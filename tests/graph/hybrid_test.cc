@@ -1,0 +1,304 @@
+// The hybrid engine on the simulated GPU: plans of every kind give the CPU-only answers, budgets hold, streamed
+// copies overlap compute, and the cost model's decode prediction holds against what the sim measures.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "graph/engine.h"
+#include "graph/planning.h"
+#include "graph/profile.h"
+#include "graph/sim_backend.h"
+#include "tests/testutil.h"
+
+namespace tandem {
+namespace {
+
+struct ModelCase {
+  std::string name;
+  std::string path;
+};
+
+std::vector<ModelCase> AllModels() {
+  std::vector<ModelCase> m = {{"stories260K", test::ModelPath("stories260K.gguf")},
+                              {"stories260K-moe4", test::ModelPath("stories260K-moe4.gguf")}};
+  for (const char* stem : {"tiny-llama-F16", "tiny-llama-Q8_0", "tiny-llama-Q4_0", "tiny-llama-Q4_K_M",
+                           "tiny-mixtral-Q4_0", "tiny-mixtral-Q4_K_M"}) {
+    m.push_back({stem, test::DataPath(std::string("models/") + stem + ".gguf")});
+  }
+  return m;
+}
+
+// A fixed machine profile, so plans do not depend on this machine's calibration or its load.
+std::string WriteProfile(const std::string& name, double cpu_gbps, double cpu_gflops) {
+  MachineProfile p = DefaultProfile(false);
+  for (auto& [type, gbps] : p.cpu_gemv_gbps) gbps = cpu_gbps;
+  for (auto& [type, gflops] : p.cpu_gemm_gflops) gflops = cpu_gflops;
+  p.cpu_attn_gflops = cpu_gflops;
+  const std::string path = (std::filesystem::temp_directory_path() / ("tandem-hybrid-" + name + ".json")).string();
+  EXPECT_TRUE(SaveProfile(path, p).ok());
+  return path;
+}
+
+const std::vector<int32_t>& Prompt() {
+  static const std::vector<int32_t> kPrompt = [] {
+    const nlohmann::json g = test::ReadJson(test::DataPath("goldens/tiny-llama-F16.json"));
+    return g["prompt_tokens"].get<std::vector<int32_t>>();
+  }();
+  return kPrompt;
+}
+
+// Logits of every prompt position (one prefill batch), then of 3 greedy decode steps.
+struct RunResult {
+  std::vector<float> logits;
+  Plan plan;
+  ExecutorStats stats;
+  size_t gpu_capacity = 0;
+};
+
+absl::StatusOr<RunResult> RunModel(const ModelCase& m, EngineOptions eo) {
+  eo.model_path = m.path;
+  eo.n_ctx = 64;
+  eo.n_batch = 64;
+  eo.kv_type = DType::kF32;
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Engine> e, Engine::Open(eo));
+  const int n_vocab = e->config().n_vocab;
+  const std::vector<int32_t>& prompt = Prompt();
+  RunResult r;
+  r.logits.resize((prompt.size() + 3) * n_vocab);
+  test::Poison(r.logits);
+  TANDEM_RETURN_IF_ERROR(e->Prefill(prompt, 0, true, r.logits.data()));
+  for (int step = 0; step < 3; ++step) {
+    float* row = r.logits.data() + (prompt.size() + step) * n_vocab;
+    const float* prev = row - n_vocab;
+    const int32_t tok = static_cast<int32_t>(std::max_element(prev, prev + n_vocab) - prev);
+    TANDEM_RETURN_IF_ERROR(e->executor().Forward(std::span<const int32_t>(&tok, 1), prompt.size() + step, 1, row));
+  }
+  r.plan = e->plan();
+  r.stats = e->executor().stats();
+  if (e->gpu() != nullptr) r.gpu_capacity = e->gpu()->capacity();
+  return r;
+}
+
+std::set<Placement> ModesOf(const Plan& p) {
+  std::set<Placement> s;
+  for (const UnitPlan& u : p.units) {
+    s.insert(u.prefill);
+    s.insert(u.decode);
+  }
+  return s;
+}
+
+enum class Kind { kAllGpu, kMixed, kStreamAll, kFfnOnCpu, kAutoRoomy, kAutoFastLink, kAutoSlowLink };
+const char* KindName(Kind k) {
+  switch (k) {
+    case Kind::kAllGpu: return "all_gpu";
+    case Kind::kMixed: return "cpu2_gpu_rest";
+    case Kind::kStreamAll: return "stream_all";
+    case Kind::kFfnOnCpu: return "ffn_cpu_attn_gpu";
+    case Kind::kAutoRoomy: return "auto_roomy";
+    case Kind::kAutoFastLink: return "auto_tight_fast_link";
+    case Kind::kAutoSlowLink: return "auto_tight_slow_link";
+  }
+  return "?";
+}
+
+class SameAnswers : public ::testing::TestWithParam<std::tuple<ModelCase, Kind>> {};
+
+// Every plan runs the same kernels on the same weights, so the logits must equal CPU-only's to float rounding
+// (bit-identical in practice). Bound: NMSE 1e-10 for every dtype.
+TEST_P(SameAnswers, PlanGivesCpuOnlyLogits) {
+  const auto& [model, kind] = GetParam();
+  static std::map<std::string, std::vector<float>> cpu_only;  // per model, computed once
+  if (!cpu_only.count(model.name)) {
+    absl::StatusOr<RunResult> ref = RunModel(model, EngineOptions{.device = "none"});
+    ASSERT_TRUE(ref.ok()) << ref.status();
+    cpu_only[model.name] = ref->logits;
+  }
+  const uint64_t model_bytes = std::filesystem::file_size(model.path);
+  const std::string roomy = "sim:" + std::to_string(model_bytes * 4 + (64 << 20));
+
+  EngineOptions eo;
+  eo.profile_path = WriteProfile("mid", 20, 100);
+  eo.prompt_tokens = 32;
+  eo.gen_tokens = 3;
+  int n_layer = 0;
+  {
+    auto file = GgufFile::Open(model.path);
+    ASSERT_TRUE(file.ok());
+    auto cfg = LoadModelConfig(**file);
+    ASSERT_TRUE(cfg.ok());
+    n_layer = cfg->n_layer;
+  }
+  // Tight: the all-GPU plan's buffers (KV, activations, workspace) plus half of its weights, so auto must
+  // leave some units off the GPU. The budget is explicit, so no headroom is taken off it.
+  uint64_t tight_budget = 0;
+  {
+    auto file = GgufFile::Open(model.path);
+    auto cfg = LoadModelConfig(**file);
+    auto dev = SetupDevice(roomy, DeviceSetupOptions{.open_backend = false, .profile_path = eo.profile_path});
+    ASSERT_TRUE(dev.ok()) << dev.status();
+    PlacementRequest all_gpu;
+    all_gpu.gpu_layers = n_layer;
+    auto plan = PlanModel(**file, *cfg, *dev, all_gpu,
+                          PlanOptions{.n_ctx = 64, .n_batch = 64, .kv_elem_bytes = 4, .prompt_tokens = 32});
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    tight_budget = plan->gpu.total() - plan->gpu.weights / 2;
+  }
+  const std::string tight = "sim:" + std::to_string(tight_budget);
+
+  std::set<Placement> must_have;
+  switch (kind) {
+    case Kind::kAllGpu:
+      eo.device = roomy;
+      eo.placement.gpu_layers = n_layer;
+      must_have = {Placement::kGpu};
+      break;
+    case Kind::kMixed:
+      eo.device = roomy;
+      eo.placement.cpu_layers = 2;
+      eo.placement.gpu_layers = n_layer - 2;
+      must_have = {Placement::kGpu, Placement::kCpu};
+      break;
+    case Kind::kStreamAll:
+      eo.device = roomy;
+      eo.placement.stream_layers = n_layer;
+      must_have = {Placement::kStream};
+      break;
+    case Kind::kFfnOnCpu: {
+      eo.device = roomy;
+      eo.placement.gpu_layers = n_layer;
+      absl::StatusOr<PlaceRule> rule = ParsePlaceRule("ffn_(gate|up|down)=cpu");
+      ASSERT_TRUE(rule.ok());
+      eo.placement.rules.push_back(*rule);
+      must_have = {Placement::kGpu, Placement::kCpu};
+      break;
+    }
+    case Kind::kAutoRoomy:
+      eo.device = roomy;
+      must_have = {Placement::kGpu};
+      break;
+    case Kind::kAutoFastLink:  // a slow CPU and a fast link: what does not fit is streamed
+      eo.device = tight + ",pcie=50";
+      eo.placement.vram_budget = tight_budget;
+      eo.profile_path = WriteProfile("slowcpu", 0.001, 0.001);
+      must_have = {Placement::kStream};
+      break;
+    case Kind::kAutoSlowLink:  // a fast CPU and a slow link: what does not fit stays on the CPU
+      eo.device = tight + ",pcie=0.01";
+      eo.placement.vram_budget = tight_budget;
+      eo.profile_path = WriteProfile("fastcpu", 1000, 10000);
+      must_have = {Placement::kCpu};
+      break;
+  }
+  absl::StatusOr<RunResult> r = RunModel(model, eo);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const std::set<Placement> modes = ModesOf(r->plan);
+  for (Placement p : must_have) EXPECT_TRUE(modes.count(p)) << "plan lacks " << PlacementName(p) << ": " << r->plan.why;
+  EXPECT_LT(test::Nmse(r->logits, cpu_only[model.name]), 1e-10);
+  // The budget: what the sim handed out never exceeded its capacity, nor the plan's own account.
+  EXPECT_LE(r->stats.peak_vram_bytes, r->gpu_capacity);
+  EXPECT_LE(r->stats.peak_vram_bytes, r->plan.gpu.total());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllPlans, SameAnswers,
+    ::testing::Combine(::testing::ValuesIn(AllModels()),
+                       ::testing::Values(Kind::kAllGpu, Kind::kMixed, Kind::kStreamAll, Kind::kFfnOnCpu,
+                                         Kind::kAutoRoomy, Kind::kAutoFastLink, Kind::kAutoSlowLink)),
+    [](const auto& info) {
+      std::string s = std::get<0>(info.param).name + "_" + KindName(std::get<1>(info.param));
+      std::replace(s.begin(), s.end(), '-', '_');
+      return s;
+    });
+
+TEST(Hybrid, ImpossibleBudgetIsAClearError) {
+  EngineOptions eo{.model_path = test::DataPath("models/tiny-mixtral-Q4_0.gguf"), .device = "sim:1MiB"};
+  eo.placement.gpu_layers = 4;
+  absl::StatusOr<std::unique_ptr<Engine>> e = Engine::Open(eo);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(std::string(e.status().message()).find("fit"), std::string::npos) << e.status();
+}
+
+// Runs tiny-mixtral fully streamed on a slow simulated link and GPU, and returns the sim's trace.
+std::vector<TraceEvent> StreamedTrace(std::vector<std::string>* streamed_units) {
+  EngineOptions eo{.model_path = test::DataPath("models/tiny-mixtral-Q4_0.gguf"),
+                   .device = "sim:64MiB,pcie=0.25,gpu_gbps=0.25", .n_ctx = 64, .n_batch = 64};
+  eo.placement.stream_layers = 4;
+  absl::StatusOr<std::unique_ptr<Engine>> e = Engine::Open(eo);
+  EXPECT_TRUE(e.ok()) << e.status();
+  if (!e.ok()) return {};
+  auto* sim = dynamic_cast<SimBackend*>((*e)->gpu());
+  EXPECT_NE(sim, nullptr);
+  if (sim == nullptr) return {};
+  for (const UnitPlan& u : (*e)->plan().units) {
+    if (u.prefill == Placement::kStream) streamed_units->push_back(u.name);
+  }
+  sim->ClearTrace();
+  std::vector<float> logits((*e)->config().n_vocab);
+  EXPECT_TRUE((*e)->Prefill(Prompt(), 0, false, logits.data()).ok());
+  return sim->Trace();
+}
+
+// Double buffering: the copy of streamed unit i+1 starts before unit i's compute ends.
+TEST(Hybrid, StreamedCopiesOverlapCompute) {
+  std::vector<std::string> units;
+  const std::vector<TraceEvent> trace = StreamedTrace(&units);
+  ASSERT_GE(units.size(), 4u);
+  auto copy_start = [&](const std::string& u) {
+    for (const TraceEvent& ev : trace) {
+      if (ev.kind == TraceEvent::Kind::kCopy && ev.stream == Stream::kCopy && ev.label == u) return ev.start_ns;
+    }
+    return int64_t{-1};
+  };
+  auto compute_end = [&](const std::string& u) {
+    int64_t end = -1;
+    for (const TraceEvent& ev : trace) {
+      if (ev.kind == TraceEvent::Kind::kCompute && ev.label == u) end = std::max(end, ev.end_ns);
+    }
+    return end;
+  };
+  for (size_t i = 0; i + 1 < units.size(); ++i) {
+    const int64_t next_copy = copy_start(units[i + 1]);
+    const int64_t this_end = compute_end(units[i]);
+    ASSERT_GE(next_copy, 0) << units[i + 1];
+    ASSERT_GE(this_end, 0) << units[i];
+    EXPECT_LT(next_copy, this_end) << "copy of " << units[i + 1] << " waited for " << units[i] << " to finish";
+  }
+}
+
+// With the simulated GPU throttled hard, decode time is set by the weight bytes and the throttle, which the
+// cost model knows; its prediction must land within 25% of what the sim measures.
+TEST(Hybrid, PredictedDecodeTimeMatchesTheSim) {
+  EngineOptions eo{.model_path = test::DataPath("models/tiny-llama-Q8_0.gguf"),
+                   .device = "sim:64MiB,pcie=25,gpu_gbps=0.1", .n_ctx = 64, .n_batch = 64};
+  eo.placement.gpu_layers = 4;
+  eo.placement.rules.push_back(*ParsePlaceRule("^token_embd=gpu"));
+  eo.profile_path = WriteProfile("mid", 20, 100);
+  constexpr int kSteps = 8;
+  eo.prompt_tokens = static_cast<int>(Prompt().size());  // the mix the run below has: the KV reads depend on it
+  eo.gen_tokens = kSteps;
+  absl::StatusOr<std::unique_ptr<Engine>> e = Engine::Open(eo);
+  ASSERT_TRUE(e.ok()) << e.status();
+  std::vector<float> logits((*e)->config().n_vocab);
+  ASSERT_TRUE((*e)->Prefill(Prompt(), 0, false, logits.data()).ok());
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < kSteps; ++i) {
+    const int32_t tok = 300 + i;
+    ASSERT_TRUE((*e)->executor().Forward(std::span<const int32_t>(&tok, 1), Prompt().size() + i, 1,
+                                          logits.data()).ok());
+  }
+  const double measured_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / kSteps;
+  const double predicted_s = 1.0 / (*e)->plan().predicted_decode_tps;
+  std::printf("decode per token: predicted %.2f ms, measured %.2f ms\n", predicted_s * 1e3, measured_s * 1e3);
+  EXPECT_NEAR(measured_s / predicted_s, 1.0, 0.25);
+}
+
+}  // namespace
+}  // namespace tandem
