@@ -728,7 +728,8 @@ absl::Status BuildHead(const std::vector<GgufKV>& metadata, const std::vector<Gg
     }
     const uint64_t nbytes = n / static_cast<uint64_t>(tr->block_elems) * tr->block_bytes;
     if (t.produce && !t.data.empty()) return InvalidArgument(where, ": has both data and a producer");
-    if (!t.produce && t.data.size() != nbytes) {
+    if (t.zeros && (t.produce || !t.data.empty())) return InvalidArgument(where, ": zeros with data or a producer");
+    if (!t.produce && !t.zeros && t.data.size() != nbytes) {
       return InvalidArgument(where, ": has ", t.data.size(), " bytes of data, its shape needs ", nbytes);
     }
     sink.PutString(t.name);
@@ -777,8 +778,14 @@ absl::Status WriteGguf(const std::string& path, const std::vector<GgufKV>& metad
   static const uint8_t kZeros[4096] = {};
   bool ok = std::fwrite(head.data(), 1, head.size(), f) == head.size();
   std::vector<uint8_t> produced;  // reused buffer for produced tensors
+  uint64_t end = head.size();  // file size so far, holes included
   for (const GgufWriteTensor& t : tensors) {
     if (!ok) break;
+    if (t.zeros) {  // a hole: seek past it; the final truncate gives the file its size
+      end += AlignUp(TensorBytes(t), opts.alignment);
+      ok = fseeko(f, static_cast<off_t>(end), SEEK_SET) == 0;
+      continue;
+    }
     std::span<const uint8_t> bytes = t.data;
     if (t.produce) {
       produced.resize(TensorBytes(t));
@@ -795,7 +802,9 @@ absl::Status WriteGguf(const std::string& path, const std::vector<GgufKV>& metad
       ok = std::fwrite(kZeros, 1, n, f) == n;
       pad -= n;
     }
+    end += AlignUp(bytes.size(), opts.alignment);
   }
+  if (ok) ok = std::fflush(f) == 0 && ftruncate(fileno(f), static_cast<off_t>(end)) == 0;
   const int err = errno;
   if (std::fclose(f) != 0) ok = false;
   if (!ok) return absl::DataLossError(Cat(path, ": write failed: ", std::strerror(err)));

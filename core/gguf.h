@@ -111,6 +111,9 @@ struct GgufWriteTensor {
   // Alternative to `data` for tensors too large to hold all at once: called just before the tensor is written,
   // with a buffer of exactly the tensor's byte size to fill (WriteGguf only).
   std::function<absl::Status(uint8_t* dst, size_t bytes)> produce;
+  // Neither data nor producer: the tensor is all zero bytes, left as a hole in the file (WriteGguf) so a
+  // real-shaped model for planning costs no disk and no time.
+  bool zeros = false;
 };
 
 struct GgufWriteOptions {

@@ -197,7 +197,11 @@ absl::Status WriteSyntheticModel(const SynthOptions& o) {
   tensors.reserve(specs.size());
   for (const TensorSpec& s : specs) {
     GgufWriteTensor t{.name = s.name, .type = s.type, .n_dims = s.n_dims, .ne = s.ne};
-    t.produce = [&s, seed = o.seed](uint8_t* dst, size_t) { return Produce(s, seed, dst); };
+    if (o.zeros) {
+      t.zeros = true;
+    } else {
+      t.produce = [&s, seed = o.seed](uint8_t* dst, size_t) { return Produce(s, seed, dst); };
+    }
     tensors.push_back(std::move(t));
   }
   return WriteGguf(o.output, kv, tensors);

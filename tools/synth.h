@@ -23,6 +23,7 @@ struct SynthOptions {
   float rope_freq_base = 1e6f;
   DType type = DType::kQ4_0;  // matrices; norms and the router stay F32
   uint64_t seed = 1;
+  bool zeros = false;    // all-zero weights left as file holes: instant, for plan and load tests
   std::string output;
 };
 
