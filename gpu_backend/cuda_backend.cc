@@ -1,0 +1,663 @@
+// The CUDA Backend: device memory pool, streams, events, cuBLAS handle, workspace, and argument checking in
+// front of the kernel launchers (launch.h). Every CUDA/cuBLAS result is turned into an absl::Status here.
+#include "gpu_backend/cuda_backend.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "core/status.h"
+#include "gpu_backend/cuda_status.h"
+#include "gpu_backend/dequant.h"
+#include "gpu_backend/launch.h"
+#include "gpu_backend/matmul.h"
+#include "gpu_backend/memory_pool.h"
+
+namespace tandem {
+namespace gpu {
+namespace {
+
+constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;  // what cuBLAS recommends for Hopper
+constexpr size_t kRouteCapacity = 4096;                      // ids/weights entries per MoeRoute slice
+constexpr int64_t kAttentionSplitTokens = 4;                 // batches up to this size may split keys
+constexpr int64_t kAttentionMaxSplit = 32;
+constexpr size_t kMaxTileElems = size_t{32} << 20;  // 64 MiB of f16 weights per cuBLAS tile
+constexpr size_t kMaxX16Elems = size_t{64} << 20;
+constexpr int kDefaultQuantMatVecTokens = 32;
+constexpr int kDefaultFloatMatVecTokens = 8;
+
+// The budget when none is given: all free memory less headroom for the driver, cuBLAS and kernel stacks.
+size_t DefaultCapacity(size_t free_bytes) {
+  const size_t margin = (size_t{256} << 20) + free_bytes / 100;
+  return free_bytes > margin ? free_bytes - margin : 0;
+}
+
+// Why cudaGetDeviceCount found nothing, as one line. Without any driver the runtime says "driver version is
+// insufficient", which misleads, so the driver library is looked for first.
+std::string NoDeviceReason() {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  (void)cudaGetLastError();
+  if (err == cudaErrorInsufficientDriver) {
+    void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+    if (driver == nullptr) return "no NVIDIA driver is installed (libcuda.so.1 not found)";
+    dlclose(driver);
+  }
+  if (err != cudaSuccess) return Cat(cudaGetErrorString(err), " (", cudaGetErrorName(err), ")");
+  return "no CUDA-capable device is present";
+}
+
+bool ValidStream(Stream s) { return s == Stream::kCompute || s == Stream::kCopy; }
+
+class CudaBackend final : public Backend {
+ public:
+  static absl::StatusOr<std::unique_ptr<Backend>> Create(const CudaOptions& options) {
+    std::unique_ptr<CudaBackend> b(new CudaBackend());
+    TANDEM_RETURN_IF_ERROR(b->Init(options));
+    return std::unique_ptr<Backend>(std::move(b));
+  }
+
+  ~CudaBackend() override {
+    if (!initialized_) return;
+    (void)cudaSetDevice(device_);
+    for (cudaStream_t st : streams_) {
+      if (st != nullptr) (void)cudaStreamSynchronize(st);
+    }
+    pool_.reset();  // frees the workspace and anything the caller leaked
+    for (void* p : pinned_) (void)cudaFreeHost(p);
+    for (cudaEvent_t e : events_) (void)cudaEventDestroy(e);
+    if (cublas_ != nullptr) (void)cublasDestroy(cublas_);
+    for (cudaStream_t st : streams_) {
+      if (st != nullptr) (void)cudaStreamDestroy(st);
+    }
+    (void)cudaGetLastError();
+  }
+
+  std::string_view name() const override { return name_; }
+  bool host_memory() const override { return false; }
+
+  bool Supports(Op op, DType weight_type) const override {
+    switch (op) {
+      case Op::kGetRows:
+      case Op::kMatMul:
+        return IsPlainFloat(weight_type) || IsQuantized(weight_type);
+      case Op::kRmsNorm:
+        return weight_type == DType::kF32;
+      default:
+        return true;  // ops without weights of their own
+    }
+  }
+
+  // ---- Memory ----
+  absl::StatusOr<void*> Alloc(size_t bytes, std::string_view what) override {
+    TANDEM_RETURN_IF_ERROR(SetDevice());
+    return pool_->Alloc(bytes, what);
+  }
+  void Free(void* p) override {
+    if (!SetDevice().ok()) return;
+    Fail(pool_->Free(p));
+  }
+  size_t capacity() const override { return pool_->capacity(); }
+  size_t bytes_in_use() const override { return pool_->bytes_in_use(); }
+  size_t peak_bytes() const override { return pool_->peak_bytes(); }
+
+  absl::StatusOr<void*> AllocHostPinned(size_t bytes) override {
+    TANDEM_RETURN_IF_ERROR(SetDevice());
+    void* p = nullptr;
+    const cudaError_t err = cudaHostAlloc(&p, std::max<size_t>(bytes, 1), cudaHostAllocPortable);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      return ResourceExhausted("cuda: pinned host allocation of ", FormatBytes(bytes), " failed: ",
+                               cudaGetErrorString(err));
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    pinned_.insert(p);
+    return p;
+  }
+  void FreeHostPinned(void* p) override {
+    if (p == nullptr) return;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (pinned_.erase(p) == 0) {
+        FailLocked(InvalidArgument("cuda: FreeHostPinned of a pointer AllocHostPinned did not return"));
+        return;
+      }
+    }
+    Check(cudaFreeHost(p), "cudaFreeHost");
+  }
+
+  absl::Status ReserveWorkspace(const WorkspaceSpec& spec) override;
+
+  // ---- Movement ----
+  absl::Status CopyHostToDevice(void* dst, const void* src, size_t n, Stream s) override {
+    return Copy(dst, src, n, s, cudaMemcpyHostToDevice, "CopyHostToDevice");
+  }
+  absl::Status CopyDeviceToHost(void* dst, const void* src, size_t n, Stream s) override {
+    return Copy(dst, src, n, s, cudaMemcpyDeviceToHost, "CopyDeviceToHost");
+  }
+
+  absl::StatusOr<int> CreateEvent() override {
+    TANDEM_RETURN_IF_ERROR(SetDevice());
+    cudaEvent_t e = nullptr;
+    TANDEM_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+    std::lock_guard<std::mutex> lock(mu_);
+    events_.push_back(e);
+    return static_cast<int>(events_.size() - 1);
+  }
+  absl::Status RecordEvent(int event, Stream s) override {
+    TANDEM_ASSIGN_OR_RETURN(cudaEvent_t e, EventOf(event, s));
+    return CudaStatus(cudaEventRecord(e, stream(s)), "cudaEventRecord");
+  }
+  absl::Status WaitEvent(int event, Stream s) override {
+    TANDEM_ASSIGN_OR_RETURN(cudaEvent_t e, EventOf(event, s));
+    return CudaStatus(cudaStreamWaitEvent(stream(s), e, 0), "cudaStreamWaitEvent");
+  }
+  absl::Status Synchronize(Stream s) override {
+    if (!ValidStream(s)) return InvalidArgument("cuda: Synchronize: unknown stream");
+    TANDEM_RETURN_IF_ERROR(SetDevice());
+    return CudaStatus(cudaStreamSynchronize(stream(s)), "cudaStreamSynchronize");
+  }
+
+  // ---- Compute ----
+  void GetRows(const WeightMatrix& table, const int32_t* ids, int64_t n_tok, float* y) override;
+  void RmsNorm(const float* x, const float* w, int64_t n_tok, int64_t n, float eps, float* y) override;
+  void MatMul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y) override;
+  void Rope(float* x, int64_t n_tok, const int32_t* pos, const RopeParams& p) override;
+  void KvStore(const KvLayer& kv, const float* k, const float* v, int64_t n_tok, int64_t pos0) override;
+  void Attention(const float* q, const KvLayer& kv, int64_t n_tok, int64_t pos0, const AttentionParams& p,
+                 float* out) override;
+  void SwiGlu(const float* g, const float* u, int64_t n, float* y) override {
+    if (Elementwise("SwiGlu", n, {g, u, y})) Check(LaunchSwiGlu(g, u, n, y, compute()), "SwiGlu launch");
+  }
+  void Add(const float* a, const float* b, int64_t n, float* y) override {
+    if (Elementwise("Add", n, {a, b, y})) Check(LaunchAdd(a, b, n, y, compute()), "Add launch");
+  }
+  void Scale(const float* x, float s, int64_t n, float* y) override {
+    if (Elementwise("Scale", n, {x, y})) Check(LaunchScale(x, s, n, y, compute()), "Scale launch");
+  }
+  void AddScaled(const float* x, float s, int64_t n, float* y) override {
+    if (Elementwise("AddScaled", n, {x, y})) Check(LaunchAddScaled(x, s, n, y, compute()), "AddScaled launch");
+  }
+  void MoeRoute(const float* logits, int64_t n_tok, int n_expert, int k, int32_t* ids_host,
+                float* weights_host) override;
+  void GatherRows(const float* x, const int32_t* idx_host, int64_t n_idx, int64_t n, float* y) override;
+  void ScatterAddRows(const float* x, const int32_t* idx_host, const float* w_host, int64_t n_idx, int64_t n,
+                      float* y) override;
+  void ScatterRows(const float* x, const int32_t* idx_host, const float* w_host, int64_t n_idx, int64_t n,
+                   float* y) override;
+
+  absl::Status TakeError() override;
+
+ private:
+  CudaBackend() = default;
+  absl::Status Init(const CudaOptions& options);
+
+  cudaStream_t stream(Stream s) const { return streams_[static_cast<int>(s)]; }
+  cudaStream_t compute() const { return streams_[0]; }
+  absl::Status SetDevice() const { return CudaStatus(cudaSetDevice(device_), "cudaSetDevice"); }
+
+  // Keeps the first error: later ones are usually its consequences.
+  void Fail(absl::Status st) {
+    if (st.ok()) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    FailLocked(std::move(st));
+  }
+  void FailLocked(absl::Status st) {
+    if (error_.ok()) error_ = std::move(st);
+  }
+  bool Check(cudaError_t err, std::string_view what) {
+    if (err == cudaSuccess) return true;
+    Fail(CudaStatus(err, what));
+    return false;
+  }
+  template <typename... Args>
+  bool Expect(bool cond, const Args&... why) {
+    if (!cond) Fail(InvalidArgument("cuda: ", why...));
+    return cond;
+  }
+  // Common checks of a compute call; false (with the error recorded) when it must not run.
+  bool Begin(std::string_view op, std::initializer_list<const void*> pointers) {
+    if (!Check(cudaSetDevice(device_), "cudaSetDevice")) return false;
+    for (const void* p : pointers) {
+      if (!Expect(p != nullptr, op, ": null pointer")) return false;
+    }
+    return true;
+  }
+  bool Elementwise(std::string_view op, int64_t n, std::initializer_list<const void*> pointers) {
+    if (!Expect(n >= 0, op, ": negative size")) return false;
+    return n > 0 && Begin(op, pointers);
+  }
+  absl::Status ValidateWeights(const WeightMatrix& w, std::string_view op) const;
+  // A device-readable view of an index array, or null when it lives in ordinary (pageable) host memory.
+  const int32_t* DeviceView(const int32_t* p) const;
+
+  absl::StatusOr<cudaEvent_t> EventOf(int event, Stream s) {
+    if (!ValidStream(s)) return InvalidArgument("cuda: unknown stream");
+    TANDEM_RETURN_IF_ERROR(SetDevice());
+    std::lock_guard<std::mutex> lock(mu_);
+    if (event < 0 || static_cast<size_t>(event) >= events_.size()) {
+      return InvalidArgument("cuda: event ", event, " was not created");
+    }
+    return events_[event];
+  }
+  absl::Status Copy(void* dst, const void* src, size_t n, Stream s, cudaMemcpyKind kind, std::string_view what) {
+    if (n == 0) return absl::OkStatus();
+    if (dst == nullptr || src == nullptr) return InvalidArgument("cuda: ", what, ": null pointer");
+    if (!ValidStream(s)) return InvalidArgument("cuda: ", what, ": unknown stream");
+    TANDEM_RETURN_IF_ERROR(SetDevice());
+    return CudaStatus(cudaMemcpyAsync(dst, src, n, kind, stream(s)), what);
+  }
+  void ReleaseGemmScratch();
+  MatMulContext MatMulCtx() const;
+
+  bool initialized_ = false;
+  int device_ = 0;
+  std::string name_;
+  int sm_count_ = 1;
+  int quant_matvec_max_tokens_ = kDefaultQuantMatVecTokens;
+  int float_matvec_max_tokens_ = kDefaultFloatMatVecTokens;
+  cudaStream_t streams_[2] = {nullptr, nullptr};  // indexed by Stream
+  cublasHandle_t cublas_ = nullptr;
+  std::unique_ptr<MemoryPool> pool_;
+
+  std::mutex mu_;  // guards pinned_, events_, error_
+  std::unordered_set<void*> pinned_;
+  std::vector<cudaEvent_t> events_;
+  absl::Status error_;
+
+  // Workspace, all from the pool.
+  int* error_word_ = nullptr;  // DeviceErrorCode written by kernels
+  int32_t* route_ids_ = nullptr;
+  float* route_weights_ = nullptr;
+  void* cublas_workspace_ = nullptr;
+  void* x16_ = nullptr;
+  size_t x16_elems_ = 0;
+  void* tile_ = nullptr;
+  size_t tile_elems_ = 0;
+  float* attn_partials_ = nullptr;
+  size_t attn_partial_floats_ = 0;
+};
+
+absl::Status CudaBackend::Init(const CudaOptions& options) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    (void)cudaGetLastError();
+    return FailedPrecondition("cuda: no usable CUDA device: ", NoDeviceReason());
+  }
+  if (options.device < 0 || options.device >= count) {
+    return InvalidArgument("cuda: device ", options.device, " does not exist (", count, " device",
+                           count == 1 ? "" : "s", ")");
+  }
+  device_ = options.device;
+  TANDEM_RETURN_IF_ERROR(SetDevice());
+  cudaDeviceProp prop;
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, device_), "cudaGetDeviceProperties");
+  name_ = Cat("cuda:", device_, " (", prop.name, ", sm_", prop.major, prop.minor, ")");
+  sm_count_ = std::max(1, prop.multiProcessorCount);
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaFree(nullptr), "creating the CUDA context");
+  initialized_ = true;  // from here on the destructor cleans up
+
+  for (cudaStream_t& st : streams_) {
+    TANDEM_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "cudaStreamCreate");
+  }
+  TANDEM_CUBLAS_RETURN_IF_ERROR(cublasCreate(&cublas_), "cublasCreate");
+  TANDEM_CUBLAS_RETURN_IF_ERROR(cublasSetStream(cublas_, compute()), "cublasSetStream");
+
+  if (options.matvec_max_tokens != 0) {
+    quant_matvec_max_tokens_ = float_matvec_max_tokens_ = std::max(0, options.matvec_max_tokens);
+  }
+
+  size_t free_bytes = 0, total_bytes = 0;
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+  size_t capacity = DefaultCapacity(free_bytes);
+  if (options.vram_budget != 0) {
+    if (options.vram_budget > free_bytes) {
+      return ResourceExhausted("cuda: VRAM budget ", FormatBytes(options.vram_budget), " exceeds the ",
+                               FormatBytes(free_bytes), " free on ", name_);
+    }
+    capacity = options.vram_budget;
+  }
+  pool_ = std::make_unique<MemoryPool>(
+      Cat("cuda:", device_), capacity,
+      [](size_t bytes) -> absl::StatusOr<void*> {
+        void* p = nullptr;
+        const cudaError_t err = cudaMalloc(&p, bytes);
+        if (err != cudaSuccess) {
+          (void)cudaGetLastError();  // out-of-memory is not sticky; keep later launch checks clean
+          return CudaStatus(err, "cudaMalloc");
+        }
+        return p;
+      },
+      [](void* p) { (void)cudaFree(p); });
+
+  // The small, always-present part of the workspace.
+  TANDEM_ASSIGN_OR_RETURN(void* word, pool_->Alloc(sizeof(int), "workspace: error word"));
+  error_word_ = static_cast<int*>(word);
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(error_word_, 0, sizeof(int), compute()), "cudaMemset");
+  TANDEM_ASSIGN_OR_RETURN(void* ids, pool_->Alloc(kRouteCapacity * sizeof(int32_t), "workspace: router ids"));
+  route_ids_ = static_cast<int32_t*>(ids);
+  TANDEM_ASSIGN_OR_RETURN(void* weights, pool_->Alloc(kRouteCapacity * sizeof(float), "workspace: router weights"));
+  route_weights_ = static_cast<float*>(weights);
+  return CudaStatus(cudaStreamSynchronize(compute()), "initial synchronize");
+}
+
+void CudaBackend::ReleaseGemmScratch() {
+  Fail(pool_->Free(x16_));
+  Fail(pool_->Free(tile_));
+  Fail(pool_->Free(attn_partials_));
+  x16_ = tile_ = nullptr;
+  attn_partials_ = nullptr;
+  x16_elems_ = tile_elems_ = attn_partial_floats_ = 0;
+}
+
+absl::Status CudaBackend::ReserveWorkspace(const WorkspaceSpec& spec) {
+  if (spec.max_tokens < 0 || spec.max_cols < 0 || spec.max_rows < 0 || spec.n_head < 0) {
+    return InvalidArgument("cuda: ReserveWorkspace: negative size");
+  }
+  TANDEM_RETURN_IF_ERROR(SetDevice());
+  // The old scratch may still be in use by queued kernels.
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(compute()), "cudaStreamSynchronize");
+  ReleaseGemmScratch();
+  const auto tokens = static_cast<size_t>(spec.max_tokens);
+  const auto cols = static_cast<size_t>(spec.max_cols);
+  const auto rows = static_cast<size_t>(spec.max_rows);
+
+  const bool any_gemm = spec.max_tokens > std::min(quant_matvec_max_tokens_, float_matvec_max_tokens_);
+  if (any_gemm && cublas_workspace_ == nullptr) {
+    TANDEM_ASSIGN_OR_RETURN(cublas_workspace_, pool_->Alloc(kCublasWorkspaceBytes, "workspace: cuBLAS"));
+    TANDEM_CUBLAS_RETURN_IF_ERROR(cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspaceBytes),
+                                  "cublasSetWorkspace");
+  }
+  if (any_gemm && cols > 0) {
+    x16_elems_ = std::max(cols, std::min(tokens * cols, kMaxX16Elems));
+    TANDEM_ASSIGN_OR_RETURN(x16_, pool_->Alloc(x16_elems_ * 2, "workspace: f16 activations"));
+  }
+  if (spec.max_tokens > quant_matvec_max_tokens_ && cols > 0 && rows > 0) {
+    tile_elems_ = std::max(std::min<size_t>(rows, 64) * cols, std::min(rows * cols, kMaxTileElems));
+    TANDEM_ASSIGN_OR_RETURN(tile_, pool_->Alloc(tile_elems_ * 2, "workspace: f16 weight tile"));
+  }
+  if (spec.n_head > 0 && cols > 0) {
+    const size_t split_tokens = std::min<size_t>(tokens, kAttentionSplitTokens);
+    attn_partial_floats_ = kAttentionMaxSplit * std::max<size_t>(split_tokens, 1) *
+                           (cols + 2 * static_cast<size_t>(spec.n_head));
+    TANDEM_ASSIGN_OR_RETURN(void* p, pool_->Alloc(attn_partial_floats_ * sizeof(float), "workspace: attention"));
+    attn_partials_ = static_cast<float*>(p);
+  }
+  return absl::OkStatus();
+}
+
+MatMulContext CudaBackend::MatMulCtx() const {
+  MatMulContext ctx;
+  ctx.stream = compute();
+  ctx.cublas = cublas_workspace_ != nullptr ? cublas_ : nullptr;  // no cuBLAS until its workspace is ours
+  ctx.x16 = x16_;
+  ctx.x16_elems = x16_elems_;
+  ctx.tile = tile_;
+  ctx.tile_elems = tile_elems_;
+  ctx.quant_matvec_max_tokens = quant_matvec_max_tokens_;
+  ctx.float_matvec_max_tokens = float_matvec_max_tokens_;
+  return ctx;
+}
+
+absl::Status CudaBackend::ValidateWeights(const WeightMatrix& w, std::string_view op) const {
+  if (!IsPlainFloat(w.type) && !IsQuantized(w.type)) {
+    return Unimplemented("cuda: ", op, ": weight type ", static_cast<uint32_t>(w.type), " is not supported");
+  }
+  const DTypeTraits& tr = Traits(w.type);
+  if (w.rows < 0 || w.cols <= 0 || w.rows > INT_MAX || w.cols % tr.block_elems != 0) {
+    return InvalidArgument("cuda: ", op, ": bad shape [", w.rows, " x ", w.cols, "] for ", tr.name);
+  }
+  if (w.row_stride < RowBytes(w.type, w.cols)) {
+    return InvalidArgument("cuda: ", op, ": row stride ", w.row_stride, " is shorter than a row");
+  }
+  const size_t align = RowAlignment(w.type);
+  if (w.data == nullptr || reinterpret_cast<uintptr_t>(w.data) % align != 0 || w.row_stride % align != 0) {
+    return InvalidArgument("cuda: ", op, ": weight rows must be non-null and ", align, "-byte aligned");
+  }
+  return absl::OkStatus();
+}
+
+const int32_t* CudaBackend::DeviceView(const int32_t* p) const {
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  switch (attr.type) {
+    case cudaMemoryTypeDevice:
+    case cudaMemoryTypeManaged:
+      return p;
+    case cudaMemoryTypeHost:  // pinned: mapped into the device's address space
+      return static_cast<const int32_t*>(attr.devicePointer);
+    default:
+      return nullptr;
+  }
+}
+
+void CudaBackend::GetRows(const WeightMatrix& table, const int32_t* ids, int64_t n_tok, float* y) {
+  if (!Expect(n_tok >= 0 && n_tok <= INT_MAX, "GetRows: bad token count ", n_tok) || n_tok == 0) return;
+  if (!Begin("GetRows", {ids, y})) return;
+  const absl::Status valid = ValidateWeights(table, "GetRows");
+  if (!valid.ok()) return Fail(valid);
+  if (const int32_t* dev = DeviceView(ids); dev != nullptr) {
+    static const IndexChunk kUnused{};
+    Check(LaunchGetRows(table, dev, kUnused, n_tok, y, error_word_, compute()), "GetRows launch");
+    return;
+  }
+  IndexChunk chunk{};
+  for (int64_t t0 = 0; t0 < n_tok; t0 += kIndexChunk) {
+    const int count = static_cast<int>(std::min<int64_t>(kIndexChunk, n_tok - t0));
+    for (int i = 0; i < count; ++i) {
+      const int32_t id = ids[t0 + i];
+      if (!Expect(id >= 0 && id < table.rows, "GetRows: token id ", id, " is outside [0, ", table.rows, ")")) return;
+      chunk.idx[i] = id;
+    }
+    if (!Check(LaunchGetRows(table, nullptr, chunk, count, y + t0 * table.cols, error_word_, compute()),
+               "GetRows launch")) {
+      return;
+    }
+  }
+}
+
+void CudaBackend::RmsNorm(const float* x, const float* w, int64_t n_tok, int64_t n, float eps, float* y) {
+  if (!Expect(n_tok >= 0 && n_tok <= INT_MAX && n >= 0, "RmsNorm: bad size")) return;
+  if (n_tok == 0 || n == 0 || !Begin("RmsNorm", {x, y})) return;
+  Check(LaunchRmsNorm(x, w, n_tok, n, eps, y, compute()), "RmsNorm launch");
+}
+
+void CudaBackend::MatMul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y) {
+  if (!Expect(n_tok >= 0, "MatMul: negative token count") || n_tok == 0 || w.rows == 0) return;
+  if (!Begin("MatMul", {x, y})) return;
+  const absl::Status valid = ValidateWeights(w, "MatMul");
+  if (!valid.ok()) return Fail(valid);
+  Fail(RunMatMul(MatMulCtx(), w, x, n_tok, y));
+}
+
+void CudaBackend::Rope(float* x, int64_t n_tok, const int32_t* pos, const RopeParams& p) {
+  if (!Expect(n_tok >= 0, "Rope: negative token count") || n_tok == 0) return;
+  if (!Expect(p.n_head > 0 && p.head_dim > 0 && p.n_rot > 0 && p.n_rot % 2 == 0 && p.n_rot <= p.head_dim,
+              "Rope: bad parameters (n_head ", p.n_head, ", head_dim ", p.head_dim, ", n_rot ", p.n_rot, ")")) {
+    return;
+  }
+  if (!Begin("Rope", {x, pos})) return;
+  if (const int32_t* dev = DeviceView(pos); dev != nullptr) {
+    static const IndexChunk kUnused{};
+    Check(LaunchRope(x, n_tok, dev, kUnused, p, compute()), "Rope launch");
+    return;
+  }
+  IndexChunk chunk{};
+  const int64_t row = static_cast<int64_t>(p.n_head) * p.head_dim;
+  for (int64_t t0 = 0; t0 < n_tok; t0 += kIndexChunk) {
+    const int count = static_cast<int>(std::min<int64_t>(kIndexChunk, n_tok - t0));
+    std::copy(pos + t0, pos + t0 + count, chunk.idx);
+    if (!Check(LaunchRope(x + t0 * row, count, nullptr, chunk, p, compute()), "Rope launch")) return;
+  }
+}
+
+void CudaBackend::KvStore(const KvLayer& kv, const float* k, const float* v, int64_t n_tok, int64_t pos0) {
+  if (!Expect(n_tok >= 0 && pos0 >= 0 && pos0 + n_tok <= kv.n_ctx, "KvStore: rows ", pos0, "..", pos0 + n_tok,
+              " outside the cache of ", kv.n_ctx) ||
+      n_tok == 0) {
+    return;
+  }
+  if (!Expect(kv.type == DType::kF32 || kv.type == DType::kF16, "KvStore: cache type must be F32 or F16") ||
+      !Expect(kv.row_elems > 0, "KvStore: empty cache rows")) {
+    return;
+  }
+  if (!Begin("KvStore", {kv.k, kv.v, k, v})) return;
+  Check(LaunchKvStore(kv, k, v, n_tok, pos0, compute()), "KvStore launch");
+}
+
+void CudaBackend::Attention(const float* q, const KvLayer& kv, int64_t n_tok, int64_t pos0,
+                            const AttentionParams& p, float* out) {
+  if (!Expect(n_tok >= 0 && pos0 >= 0 && pos0 + n_tok <= kv.n_ctx, "Attention: positions ", pos0, "..",
+              pos0 + n_tok, " outside the cache of ", kv.n_ctx) ||
+      n_tok == 0) {
+    return;
+  }
+  if (!Expect(p.n_head > 0 && p.n_head_kv > 0 && p.n_head % p.n_head_kv == 0, "Attention: ", p.n_head,
+              " query heads do not group over ", p.n_head_kv, " KV heads") ||
+      !Expect(p.head_dim > 0 && p.head_dim <= kAttentionMaxHeadDim, "Attention: head_dim ", p.head_dim,
+              " outside 1..", kAttentionMaxHeadDim) ||
+      !Expect(kv.row_elems >= static_cast<int64_t>(p.n_head_kv) * p.head_dim, "Attention: cache rows of ",
+              kv.row_elems, " elements are narrower than ", p.n_head_kv, " KV heads") ||
+      !Expect(kv.type == DType::kF32 || kv.type == DType::kF16, "Attention: cache type must be F32 or F16")) {
+    return;
+  }
+  if (!Begin("Attention", {q, kv.k, kv.v, out})) return;
+  AttentionWork work;
+  work.partials = attn_partials_;
+  work.partial_floats = attn_partial_floats_;
+  work.sm_count = sm_count_;
+  Check(LaunchAttention(q, kv, n_tok, pos0, p, out, work, compute()), "Attention launch");
+}
+
+void CudaBackend::MoeRoute(const float* logits, int64_t n_tok, int n_expert, int k, int32_t* ids_host,
+                           float* weights_host) {
+  if (!Expect(n_tok >= 0, "MoeRoute: negative token count") || n_tok == 0) return;
+  if (!Expect(n_expert > 0 && n_expert <= kMoeMaxExperts && k > 0 && k <= n_expert, "MoeRoute: top-", k, " of ",
+              n_expert, " experts is not supported (at most ", kMoeMaxExperts, " experts)")) {
+    return;
+  }
+  if (!Begin("MoeRoute", {logits, ids_host, weights_host})) return;
+  const int64_t slice = static_cast<int64_t>(kRouteCapacity) / k;
+  for (int64_t t0 = 0; t0 < n_tok; t0 += slice) {
+    const int64_t nt = std::min(slice, n_tok - t0);
+    const size_t entries = static_cast<size_t>(nt) * k;
+    const bool ok =
+        Check(LaunchMoeRoute(logits + t0 * n_expert, nt, n_expert, k, route_ids_, route_weights_, compute()),
+              "MoeRoute launch") &&
+        Check(cudaMemcpyAsync(ids_host + t0 * k, route_ids_, entries * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                              compute()),
+              "MoeRoute ids copy") &&
+        Check(cudaMemcpyAsync(weights_host + t0 * k, route_weights_, entries * sizeof(float),
+                              cudaMemcpyDeviceToHost, compute()),
+              "MoeRoute weights copy") &&
+        Check(cudaStreamSynchronize(compute()), "MoeRoute synchronize");
+    if (!ok) {
+      // Safe values for a caller that groups tokens before it looks at TakeError().
+      std::fill(ids_host, ids_host + n_tok * k, 0);
+      std::fill(weights_host, weights_host + n_tok * k, 0.0f);
+      return;
+    }
+  }
+}
+
+void CudaBackend::GatherRows(const float* x, const int32_t* idx_host, int64_t n_idx, int64_t n, float* y) {
+  if (!Expect(n_idx >= 0 && n >= 0, "GatherRows: negative size") || n_idx == 0 || n == 0) return;
+  if (!Begin("GatherRows", {x, idx_host, y})) return;
+  IndexChunk chunk{};
+  for (int64_t i0 = 0; i0 < n_idx; i0 += kIndexChunk) {
+    const int count = static_cast<int>(std::min<int64_t>(kIndexChunk, n_idx - i0));
+    for (int i = 0; i < count; ++i) {
+      if (!Expect(idx_host[i0 + i] >= 0, "GatherRows: negative row index")) return;
+      chunk.idx[i] = idx_host[i0 + i];
+    }
+    if (!Check(LaunchGatherRows(x, chunk, count, n, y + i0 * n, compute()), "GatherRows launch")) return;
+  }
+}
+
+void CudaBackend::ScatterAddRows(const float* x, const int32_t* idx_host, const float* w_host, int64_t n_idx,
+                                 int64_t n, float* y) {
+  if (!Expect(n_idx >= 0 && n >= 0, "ScatterAddRows: negative size") || n_idx == 0 || n == 0) return;
+  if (!Begin("ScatterAddRows", {x, idx_host, w_host, y})) return;
+  IndexChunk chunk{};
+  for (int64_t i0 = 0; i0 < n_idx; i0 += kIndexChunk) {
+    const int count = static_cast<int>(std::min<int64_t>(kIndexChunk, n_idx - i0));
+    for (int i = 0; i < count; ++i) {
+      if (!Expect(idx_host[i0 + i] >= 0, "ScatterAddRows: negative row index")) return;
+      chunk.idx[i] = idx_host[i0 + i];
+      chunk.w[i] = w_host[i0 + i];
+    }
+    if (!Check(LaunchScatterAddRows(x + i0 * n, chunk, count, n, y, compute()), "ScatterAddRows launch")) return;
+  }
+}
+
+void CudaBackend::ScatterRows(const float* x, const int32_t* idx_host, const float* w_host, int64_t n_idx,
+                              int64_t n, float* y) {
+  if (!Expect(n_idx >= 0 && n >= 0, "ScatterRows: negative size") || n_idx == 0 || n == 0) return;
+  if (!Begin("ScatterRows", {x, idx_host, w_host, y})) return;
+  IndexChunk chunk{};
+  for (int64_t i0 = 0; i0 < n_idx; i0 += kIndexChunk) {
+    const int count = static_cast<int>(std::min<int64_t>(kIndexChunk, n_idx - i0));
+    for (int i = 0; i < count; ++i) {
+      if (!Expect(idx_host[i0 + i] >= 0, "ScatterRows: negative row index")) return;
+      chunk.idx[i] = idx_host[i0 + i];
+      chunk.w[i] = w_host[i0 + i];
+    }
+    if (!Check(LaunchScatterRows(x + i0 * n, chunk, count, n, y, compute()), "ScatterRows launch")) return;
+  }
+}
+
+absl::Status CudaBackend::TakeError() {
+  absl::Status st;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    st = std::move(error_);
+    error_ = absl::OkStatus();
+  }
+  absl::Status device_st = SetDevice();
+  // Kernels report bad device-side indices through the error word; reading it also surfaces any
+  // asynchronous fault of the compute stream.
+  int word = 0;
+  if (device_st.ok()) {
+    device_st = CudaStatus(cudaMemcpyAsync(&word, error_word_, sizeof(int), cudaMemcpyDeviceToHost, compute()),
+                           "reading the device error word");
+  }
+  if (device_st.ok()) device_st = CudaStatus(cudaStreamSynchronize(compute()), "cudaStreamSynchronize");
+  if (device_st.ok() && word != kDeviceOk) {
+    device_st = word == kDeviceBadTokenId
+                    ? InvalidArgument("cuda: GetRows: a token id was outside the embedding table")
+                    : absl::InternalError(Cat("cuda: device error code ", word));
+    (void)cudaMemsetAsync(error_word_, 0, sizeof(int), compute());
+  }
+  return st.ok() ? device_st : st;
+}
+
+}  // namespace
+}  // namespace gpu
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const CudaOptions& options) {
+  return gpu::CudaBackend::Create(options);
+}
+
+int CudaDeviceCount() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+}  // namespace tandem

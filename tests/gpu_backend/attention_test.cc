@@ -1,0 +1,107 @@
+// GPU attention against cpu::AttentionRef (double precision): decode and prefill, causal masking, grouped
+// query heads, F32 and F16 caches, short and long contexts (long decode contexts take the split-key path).
+// The cache is filled by the GPU's own KvStore from the same rows the CPU cache gets.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "cpu_backend/kernels.h"
+#include "tests/gpu_backend/gpu_test_util.h"
+#include "tests/testutil.h"
+
+namespace tandem {
+namespace {
+
+struct Heads {
+  int n_head, n_head_kv, head_dim;
+};
+
+// F32 caches: the GPU is float with exact rounding, the reference double. F16 caches: the reference also
+// rounds q and the probabilities through fp16 (llama.cpp's operand rounding), the GPU does not.
+double Tolerance(DType cache) { return cache == DType::kF32 ? 1e-9 : 1e-5; }
+
+class GpuAttentionTest : public test::CudaTest {
+ protected:
+  // Fills rows 0..pos0+n_tok-1 of a cache on both sides, then attends n_tok queries at pos0.
+  void Check(const Heads& h, DType cache, int64_t n_ctx, int64_t pos0, int64_t n_tok) {
+    SCOPED_TRACE(::testing::Message() << "heads " << h.n_head << "/" << h.n_head_kv << " head_dim " << h.head_dim
+                                      << " " << DTypeName(cache) << " pos0 " << pos0 << " n_tok " << n_tok);
+    const int64_t row = static_cast<int64_t>(h.n_head_kv) * h.head_dim;
+    const int64_t filled = pos0 + n_tok;
+    const size_t elem = cache == DType::kF32 ? 4 : 2;
+    const std::vector<float> k = test::RandomNormal(static_cast<size_t>(filled * row), 100 + pos0, 1.5f);
+    const std::vector<float> v = test::RandomNormal(static_cast<size_t>(filled * row), 200 + pos0);
+    const std::vector<float> q =
+        test::RandomNormal(static_cast<size_t>(n_tok * h.n_head * h.head_dim), 300 + n_tok, 1.5f);
+    const cpu::AttentionParams p{h.n_head, h.n_head_kv, h.head_dim, 1.0f / std::sqrt(static_cast<float>(h.head_dim))};
+
+    std::vector<uint8_t> host_k(static_cast<size_t>(n_ctx * row) * elem), host_v(host_k.size());
+    cpu::KvLayer host{cache, host_k.data(), host_v.data(), n_ctx, row};
+    cpu::KvStore(host, k.data(), v.data(), filled, 0);
+    std::vector<float> ref(q.size());
+    cpu::AttentionRef(q.data(), host, n_tok, pos0, p, ref.data());
+
+    cpu::KvLayer dev{cache, AllocBytes(host_k.size()), AllocBytes(host_v.size()), n_ctx, row};
+    // Earlier rows in one call, the batch's own rows in a second, as an executor would.
+    const float* dk = Upload(k);
+    const float* dv = Upload(v);
+    gpu().KvStore(dev, dk, dv, pos0, 0);
+    gpu().KvStore(dev, dk + pos0 * row, dv + pos0 * row, n_tok, pos0);
+    float* out = PoisonedFloats(q.size());
+    gpu().Attention(Upload(q), dev, n_tok, pos0, p, out);
+    const std::vector<float> got = Download(out, q.size());
+    ASSERT_TRUE(Error().ok());
+    EXPECT_LT(test::Nmse(got, ref), Tolerance(cache));
+  }
+};
+
+const Heads kShapes[] = {
+    {8, 4, 8},     // stories260K
+    {8, 4, 32},    // the synthetic models
+    {32, 8, 128},  // Llama-3-8B
+    {16, 16, 64},  // no grouping
+    {4, 1, 256},   // one KV head, widest head
+    {6, 2, 80},    // head_dim that is no power of two
+};
+
+TEST_F(GpuAttentionTest, DecodeShortContext) {
+  for (DType cache : {DType::kF32, DType::kF16}) {
+    for (const Heads& h : kShapes) {
+      for (int64_t pos0 : {0, 1, 37}) Check(h, cache, 64, pos0, 1);
+    }
+  }
+}
+
+TEST_F(GpuAttentionTest, DecodeLongContextSplitsKeys) {
+  for (DType cache : {DType::kF32, DType::kF16}) {
+    for (const Heads& h : {kShapes[0], kShapes[2], kShapes[4]}) {
+      for (int64_t pos0 : {700, 3000}) Check(h, cache, 4096, pos0, 1);
+    }
+    Check(kShapes[1], cache, 4096, 2000, 3);  // a short batch late in the context splits too
+  }
+}
+
+TEST_F(GpuAttentionTest, PrefillIsCausal) {
+  for (DType cache : {DType::kF32, DType::kF16}) {
+    for (const Heads& h : kShapes) {
+      Check(h, cache, 256, 0, 19);   // the first batch of a prompt
+      Check(h, cache, 256, 33, 40);  // a later batch continuing the cache
+    }
+  }
+}
+
+TEST_F(GpuAttentionTest, BadShapesAreErrors) {
+  cpu::KvLayer kv{DType::kF16, AllocBytes(1024), AllocBytes(1024), 8, 64};
+  float* q = PoisonedFloats(256);
+  gpu().Attention(q, kv, 1, 8, {2, 1, 64, 0.125f}, q);  // position 8 is past an 8-row cache
+  EXPECT_EQ(Error().code(), absl::StatusCode::kInvalidArgument);
+  gpu().Attention(q, kv, 1, 0, {3, 2, 32, 0.125f}, q);  // 3 heads do not group over 2
+  EXPECT_EQ(Error().code(), absl::StatusCode::kInvalidArgument);
+  gpu().Attention(q, kv, 1, 0, {2, 1, 512, 0.125f}, q);  // head_dim too wide
+  EXPECT_EQ(Error().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace tandem
