@@ -1,6 +1,9 @@
 #include "graph/engine.h"
 
 #include <algorithm>
+#include <cstdio>
+
+#include "absl/container/flat_hash_set.h"
 
 #include "core/status.h"
 #include "cpu_backend/cpu_backend.h"
@@ -34,6 +37,23 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& opts) 
   TANDEM_ASSIGN_OR_RETURN(Plan plan, PlanModel(*e->file_, e->cfg_, dev, opts.placement, po));
   // A plan that keeps everything on the CPU runs without the device: nothing is allocated there.
   if (plan.gpu.total() > 0) e->gpu_ = std::move(dev.backend);
+
+  // NUMA: the weights of units that run on the CPU go to their nodes, and the workers are pinned, one per core.
+  TANDEM_ASSIGN_OR_RETURN(const NumaPolicy numa_policy, ParseNumaPolicy(opts.numa));
+  TANDEM_ASSIGN_OR_RETURN(e->topology_, Topology::Host());
+  absl::flat_hash_set<std::string> cpu_tensors;
+  for (const UnitPlan& u : plan.units) {
+    if (u.prefill != Placement::kCpu && u.decode != Placement::kCpu) continue;
+    cpu_tensors.insert(u.tensors.begin(), u.tensors.end());
+  }
+  std::vector<WeightTensor> weights = WeightTensorsOf(e->file_->tensors(), e->cfg_);
+  std::erase_if(weights, [&](const WeightTensor& t) { return !cpu_tensors.contains(t.name); });
+  TANDEM_ASSIGN_OR_RETURN(e->numa_, PlanNuma(*e->topology_, std::move(weights),
+                                             NumaPlanOptions{.policy = numa_policy, .max_threads = opts.n_threads}));
+  // Binding can be refused (containers without CAP_SYS_NICE); the answers are the same, only slower.
+  if (absl::StatusOr<MembindReport> bound = ApplyNumaPlan(*e->topology_, e->numa_, *e->file_); !bound.ok()) {
+    std::fprintf(stderr, "warning: NUMA placement not applied: %s\n", Message(bound.status()).c_str());
+  }
   ExecutorOptions xo{.n_ctx = e->n_ctx_, .max_batch = e->n_batch_, .kv_type = opts.kv_type, .dump = opts.dump,
                      .progress = opts.progress};
   TANDEM_ASSIGN_OR_RETURN(e->executor_,

@@ -12,6 +12,8 @@
 #include "core/tokenizer.h"
 #include "graph/backend.h"
 #include "graph/executor.h"
+#include "graph/numa_plan.h"
+#include "core/topology.h"
 #include "graph/placement.h"
 #include "graph/plan.h"
 
@@ -27,6 +29,7 @@ struct EngineOptions {
   int n_ctx = 0;                      // 0: min(4096, the model's training context)
   int n_batch = 512;                  // prefill batch
   int n_threads = 0;                  // 0: one per core
+  std::string numa = "auto";          // auto|off|interleave|shard
   DType kv_type = DType::kF16;
   ExecutorOptions::DumpFn dump;       // named intermediates, for debugging and tests
   ExecutorOptions::ProgressFn progress;
@@ -45,6 +48,7 @@ class Engine {
   int n_ctx() const { return n_ctx_; }
   int n_batch() const { return n_batch_; }
   Backend* gpu() { return gpu_.get(); }
+  const NumaPlan& numa() const { return numa_; }
 
   // Runs the prompt in batches of n_batch from position pos0. Writes the logits of every position when
   // all_logits (logits: [n][n_vocab]), else of the last one (logits: [n_vocab]).
@@ -58,6 +62,8 @@ class Engine {
   std::unique_ptr<Backend> cpu_;
   std::unique_ptr<Backend> gpu_;
   std::unique_ptr<Executor> executor_;
+  std::unique_ptr<Topology> topology_;
+  NumaPlan numa_;  // where the CPU units' weights live and which threads run them
   int n_ctx_ = 0;
   int n_batch_ = 0;
 };

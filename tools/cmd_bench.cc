@@ -157,6 +157,7 @@ int CmdBench(std::span<const std::string> argv) {
                    .prompt_tokens = std::max(max_p, 1), .gen_tokens = std::max(max_n, 1),
                    .n_ctx = std::max(max_p, max_n) + 1,
                    .n_batch = std::max(1, std::min(f.n_batch, std::max(max_p, 1))), .n_threads = f.n_threads};
+  eo.numa = f.placement.numa;
   auto engine_or = Engine::Open(eo);
   if (!engine_or.ok()) return Fail(engine_or.status());
   Engine& e = **engine_or;

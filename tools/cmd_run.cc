@@ -149,6 +149,7 @@ int CmdRun(std::span<const std::string> argv) {
   if (!placement.ok()) return Fail(placement.status());
   EngineOptions eo{.model_path = f.model, .device = f.placement.device, .placement = *placement, .n_ctx = f.n_ctx,
                    .n_batch = f.n_batch, .n_threads = f.n_threads, .kv_type = f.kv_type};
+  eo.numa = f.placement.numa;
   auto engine_or = Engine::Open(eo);
   if (!engine_or.ok()) return Fail(engine_or.status());
   Engine& engine = **engine_or;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <set>
@@ -122,7 +123,10 @@ TEST_P(SameAnswers, PlanGivesCpuOnlyLogits) {
     cpu_only[model.name] = ref->logits;
   }
   const uint64_t model_bytes = std::filesystem::file_size(model.path);
-  const std::string roomy = "sim:" + std::to_string(model_bytes * 4 + (64 << 20));
+  // TANDEM_TEST_DEVICE=cuda runs the same plans on a real GPU (tools/gpu-check.sh does), budgets via --vram-budget.
+  const char* real_device = std::getenv("TANDEM_TEST_DEVICE");
+  const std::string roomy =
+      real_device != nullptr ? std::string(real_device) : "sim:" + std::to_string(model_bytes * 4 + (64 << 20));
 
   EngineOptions eo;
   eo.profile_path = WriteProfile("mid", 20, 100);
@@ -151,7 +155,7 @@ TEST_P(SameAnswers, PlanGivesCpuOnlyLogits) {
     ASSERT_TRUE(plan.ok()) << plan.status();
     tight_budget = plan->gpu.total() - plan->gpu.weights / 2;
   }
-  const std::string tight = "sim:" + std::to_string(tight_budget);
+  const std::string tight = real_device != nullptr ? std::string(real_device) : "sim:" + std::to_string(tight_budget);
 
   std::set<Placement> must_have;
   switch (kind) {
@@ -185,13 +189,13 @@ TEST_P(SameAnswers, PlanGivesCpuOnlyLogits) {
       must_have = {Placement::kGpu};
       break;
     case Kind::kAutoFastLink:  // a slow CPU and a fast link: what does not fit is streamed
-      eo.device = tight + ",pcie=50";
+      eo.device = real_device != nullptr ? tight : tight + ",pcie=50";
       eo.placement.vram_budget = tight_budget;
       eo.profile_path = WriteProfile("slowcpu", 0.001, 0.001);
       must_have = {Placement::kStream};
       break;
     case Kind::kAutoSlowLink:  // a fast CPU and a slow link: what does not fit stays on the CPU
-      eo.device = tight + ",pcie=0.01";
+      eo.device = real_device != nullptr ? tight : tight + ",pcie=0.01";
       eo.placement.vram_budget = tight_budget;
       eo.profile_path = WriteProfile("fastcpu", 1000, 10000);
       must_have = {Placement::kCpu};
@@ -200,8 +204,15 @@ TEST_P(SameAnswers, PlanGivesCpuOnlyLogits) {
   absl::StatusOr<RunResult> r = RunModel(model, eo);
   ASSERT_TRUE(r.ok()) << r.status();
   const std::set<Placement> modes = ModesOf(r->plan);
-  for (Placement p : must_have) EXPECT_TRUE(modes.count(p)) << "plan lacks " << PlacementName(p) << ": " << r->plan.why;
-  EXPECT_LT(test::Nmse(r->logits, cpu_only[model.name]), 1e-10);
+  // On a real device the link speed comes from its calibration, so only the sim can force the auto modes.
+  const bool auto_kind = kind == Kind::kAutoFastLink || kind == Kind::kAutoSlowLink;
+  for (Placement p : must_have) {
+    if (real_device != nullptr && auto_kind) break;
+    EXPECT_TRUE(modes.count(p)) << "plan lacks " << PlacementName(p) << ": " << r->plan.why;
+  }
+  // The sim runs the CPU kernels: bit-identical in practice. A GPU computes in its own order and dequantizes in
+  // registers against f32 activations: held to the GPU backend's per-dtype matmul bound.
+  EXPECT_LT(test::Nmse(r->logits, cpu_only[model.name]), real_device != nullptr ? 1e-3 : 1e-10);
   // The budget: what the sim handed out never exceeded its capacity, nor the plan's own account.
   EXPECT_LE(r->stats.peak_vram_bytes, r->gpu_capacity);
   EXPECT_LE(r->stats.peak_vram_bytes, r->plan.gpu.total());
