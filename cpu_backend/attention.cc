@@ -4,7 +4,7 @@
 // float summed in double, then out = sum_j p_j v_j in float. With an F16 cache llama.cpp's matmuls convert
 // their float operand to F16 first, so q (for q.k) and the probabilities (for p.v) are rounded through fp16.
 // The per-row loops use AVX2/FMA/F16C when ActiveIsa() allows it (the Isa switch of kernels.h), else portable
-// loops the compiler vectorises; the two differ only in float rounding order.
+// loops that keep the same float operation order, so the result does not depend on the ISA.
 #include <omp.h>
 
 #include <algorithm>
@@ -29,29 +29,38 @@ struct RowOps {
 };
 
 template <typename Elem>
-float DotPortable(const float* q, const Elem* k, int n) {
-  float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-  for (int d = 0; d < n; ++d) {
-    if constexpr (std::is_same_v<Elem, f16_t>) {
-      dot += q[d] * HalfToFloat(k[d]);
-    } else {
-      dot += q[d] * k[d];
-    }
+float Widen(Elem x) {
+  if constexpr (std::is_same_v<Elem, f16_t>) {
+    return HalfToFloat(x);
+  } else {
+    return x;
   }
-  return dot;
+}
+
+// The portable loops keep the AVX2 path's exact order (two 8-lane fused accumulators, the same pairwise
+// horizontal sum, fused axpy), so every ISA gives bit-identical attention: quantized models turn even last-bit
+// differences into rounding-boundary crossings downstream.
+template <typename Elem>
+float DotPortable(const float* q, const Elem* k, int n) {
+  float acc[16] = {};
+  int d = 0;
+  for (; d + 16 <= n; d += 16) {
+    for (int l = 0; l < 16; ++l) acc[l] = std::fma(q[d + l], Widen(k[d + l]), acc[l]);
+  }
+  if (d + 8 <= n) {
+    for (int l = 0; l < 8; ++l) acc[l] = std::fma(q[d + l], Widen(k[d + l]), acc[l]);
+    d += 8;
+  }
+  float half[4];
+  for (int i = 0; i < 4; ++i) half[i] = (acc[i] + acc[i + 8]) + (acc[i + 4] + acc[i + 12]);
+  float sum = (half[0] + half[2]) + (half[1] + half[3]);
+  for (; d < n; ++d) sum += q[d] * Widen(k[d]);
+  return sum;
 }
 
 template <typename Elem>
 void AxpyPortable(float p, const Elem* v, int n, float* out) {
-#pragma omp simd
-  for (int d = 0; d < n; ++d) {
-    if constexpr (std::is_same_v<Elem, f16_t>) {
-      out[d] += p * HalfToFloat(v[d]);
-    } else {
-      out[d] += p * v[d];
-    }
-  }
+  for (int d = 0; d < n; ++d) out[d] = std::fma(p, Widen(v[d]), out[d]);
 }
 
 template <typename Elem>
