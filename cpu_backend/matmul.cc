@@ -1,0 +1,193 @@
+// MatMul driver: converts the activations to the weight type's vec-dot type once, then splits the weight rows
+// across OpenMP threads in chunks. Within a chunk, tokens go kTokTile at a time so that each weight block,
+// once loaded, serves several tokens, and the chunk is sized to stay in L2 while all token tiles pass over it.
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/quant.h"
+#include "core/status.h"
+#include "cpu_backend/kernels.h"
+#include "cpu_backend/vec_dot.h"
+
+namespace tandem::cpu {
+namespace internal {
+
+namespace {
+// Offset of the weight quants whose activations come in nibble order with a c array (vec_dot.h); 0: none.
+int QuantOffset(DType wtype) {
+  switch (wtype) {
+    case DType::kQ4_0: return 8;
+    case DType::kQ5_0: return 16;
+    default: return 0;
+  }
+}
+}  // namespace
+
+size_t ActivationRowBytes(DType wtype, int64_t n) {
+  const auto un = static_cast<size_t>(n);
+  switch (VecDotType(wtype)) {
+    case DType::kF32: return 0;
+    case DType::kF16: return sizeof(float) * un;
+    case DType::kQ8_0:
+    case DType::kQ8_1: return un + 2 * sizeof(float) * (un / 32) + (QuantOffset(wtype) ? un / 2 : 0);
+    default: return RowBytes(VecDotType(wtype), n);
+  }
+}
+
+// The row in vec-dot type `vdt`, less the c array.
+void ConvertActivationRow(DType vdt, const float* x, void* dst, int64_t n, Isa isa) {
+  if (isa >= Isa::kAvx2 && Avx2QuantizeActivationRow(vdt, x, dst, n)) return;
+  switch (vdt) {
+    case DType::kF16: {
+      auto* y = static_cast<float*>(dst);
+      for (int64_t i = 0; i < n; ++i) y[i] = F16ToF32(F32ToF16(x[i]));
+      return;
+    }
+    case DType::kBF16: {
+      auto* y = static_cast<bf16_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) y[i] = F32ToBf16(x[i]);
+      return;
+    }
+    case DType::kQ8_0:
+    case DType::kQ8_1: {
+      // Block by block through the core quantizer, then split into quants and widened scales.
+      auto* qs = static_cast<int8_t*>(dst);
+      auto* d = reinterpret_cast<float*>(qs + n);
+      float* s = d + n / 32;
+      for (int64_t b = 0; b < n / 32; ++b) {
+        if (vdt == DType::kQ8_0) {
+          BlockQ8_0 blk;
+          QuantizeRowQ8_0(x + 32 * b, &blk, 32);
+          std::memcpy(qs + 32 * b, blk.qs, 32);
+          d[b] = F16ToF32(blk.d);
+          s[b] = 0.0f;
+        } else {
+          BlockQ8_1 blk;
+          QuantizeRowQ8_1(x + 32 * b, &blk, 32);
+          std::memcpy(qs + 32 * b, blk.qs, 32);
+          d[b] = F16ToF32(blk.d);
+          s[b] = F16ToF32(blk.s);
+        }
+      }
+      return;
+    }
+    case DType::kQ8_K: QuantizeRowQ8_K(x, static_cast<BlockQ8_K*>(dst), n); return;
+    default: TANDEM_CHECK(false && "not an activation type");
+  }
+}
+
+void QuantizeActivationRow(DType wtype, const float* x, void* dst, int64_t n, Isa isa) {
+  ConvertActivationRow(VecDotType(wtype), x, dst, n, isa);
+  const int offset = QuantOffset(wtype);
+  if (offset == 0) return;
+  // Nibble order: reorder the quants group by group, then the c array.
+  auto* qs = static_cast<int8_t*>(dst);
+  const int64_t nb = n / 32;
+  for (int64_t first = 0; first < nb; first += 4) {
+    int8_t group[128];
+    const int64_t g = std::min<int64_t>(4, nb - first);
+    std::memcpy(group, qs + 32 * first, static_cast<size_t>(32 * g));
+    for (int64_t k = 0; k < g; ++k) {
+      for (int h = 0; h < 2; ++h) std::memcpy(qs + NibbleHalfOffset(nb, first + k, h), group + 32 * k + 16 * h, 16);
+    }
+  }
+  const Act32 row = ViewAct32(dst, n);
+  auto* c = const_cast<int32_t*>(row.c);  // the view is read-only for the kernels; this is its writer
+  for (int64_t b = 0; b < nb; ++b) {
+    const int8_t* lo = qs + NibbleHalfOffset(nb, b, 0);
+    const int8_t* hi = qs + NibbleHalfOffset(nb, b, 1);
+    for (int j = 0; j < 4; ++j) {
+      int sum = 0;
+      for (int e = 4 * j; e < 4 * j + 4; ++e) sum += lo[e] + hi[e];
+      c[4 * b + j] = -offset * sum;
+    }
+  }
+}
+
+VecDotFn PickVecDot(DType wtype, Isa isa) {
+  VecDotFn fn = nullptr;
+  if (isa == Isa::kAvx512) fn = Avx512VecDot(wtype);
+  if (fn == nullptr && isa >= Isa::kAvx2) fn = Avx2VecDot(wtype);
+  if (fn == nullptr) fn = ScalarVecDot(wtype);
+  return fn;
+}
+
+}  // namespace internal
+
+namespace {
+
+constexpr size_t kActRowAlign = 64;  // activation rows start on cache lines
+
+size_t ActRowStride(DType wtype, int64_t cols) {
+  const size_t bytes = internal::ActivationRowBytes(wtype, cols);
+  return (bytes + kActRowAlign - 1) / kActRowAlign * kActRowAlign;
+}
+
+// Weight bytes per row chunk when many tokens pass over it: well inside L2 (1-2 MiB on current x86 cores).
+constexpr size_t kChunkBytesPrefill = 256 << 10;
+// Below this many multiply-adds a parallel region costs more than it saves.
+constexpr int64_t kMinParallelWork = 1 << 16;
+
+}  // namespace
+
+size_t MatMulScratchBytes(DType wtype, int64_t cols, int64_t n_tok) {
+  return ActRowStride(wtype, cols) * static_cast<size_t>(n_tok);
+}
+
+void MatMul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y, void* scratch) {
+  const DType vdt = VecDotType(w.type);
+  const int64_t block = Traits(w.type).block_elems;
+  TANDEM_CHECK(w.cols % block == 0);
+  const size_t row_bytes = RowBytes(w.type, w.cols);
+  const size_t w_stride = w.row_stride == 0 ? row_bytes : w.row_stride;
+  TANDEM_CHECK(w_stride >= row_bytes);
+  if (w.rows == 0 || n_tok == 0) return;
+
+  const Isa isa = ActiveIsa();
+  const internal::VecDotFn dot = internal::PickVecDot(w.type, isa);
+  TANDEM_CHECK(dot != nullptr);
+
+  const bool in_place = vdt == DType::kF32;
+  const size_t x_stride = in_place ? static_cast<size_t>(w.cols) * sizeof(float) : ActRowStride(w.type, w.cols);
+  TANDEM_CHECK(in_place || scratch != nullptr);
+  const auto* xq = in_place ? reinterpret_cast<const uint8_t*>(x) : static_cast<const uint8_t*>(scratch);
+  const auto* wbase = static_cast<const uint8_t*>(w.data);
+
+  const int64_t work = w.rows * w.cols * n_tok;
+  const int n_threads = work >= kMinParallelWork ? omp_get_max_threads() : 1;
+  // About 8 chunks per thread balances a noisy machine without cutting the prefetch streams too short.
+  int64_t chunk_rows = std::max<int64_t>(1, w.rows / (static_cast<int64_t>(n_threads) * 8));
+  if (n_tok > internal::kTokTile) {
+    chunk_rows = std::min<int64_t>(chunk_rows, std::max<size_t>(1, kChunkBytesPrefill / w_stride));
+  }
+  const int64_t n_chunks = (w.rows + chunk_rows - 1) / chunk_rows;
+
+#pragma omp parallel num_threads(n_threads)
+  {
+    if (!in_place) {
+#pragma omp for schedule(static)
+      for (int64_t t = 0; t < n_tok; ++t) {
+        uint8_t* row = static_cast<uint8_t*>(scratch) + static_cast<size_t>(t) * x_stride;
+        internal::QuantizeActivationRow(w.type, x + t * w.cols, row, w.cols, isa);
+      }
+    }
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t c = 0; c < n_chunks; ++c) {
+      const int64_t r0 = c * chunk_rows;
+      const int64_t r1 = std::min(w.rows, r0 + chunk_rows);
+      for (int64_t t0 = 0; t0 < n_tok; t0 += internal::kTokTile) {
+        const int n_x = static_cast<int>(std::min<int64_t>(internal::kTokTile, n_tok - t0));
+        const uint8_t* xt = xq + static_cast<size_t>(t0) * x_stride;
+        float* yt = y + t0 * w.rows;
+        for (int64_t r = r0; r < r1; ++r) {
+          dot(w.cols, wbase + static_cast<size_t>(r) * w_stride, xt, x_stride, n_x, yt + r,
+              static_cast<size_t>(w.rows));
+        }
+      }
+    }
+  }
+}
+
+}  // namespace tandem::cpu

@@ -1,0 +1,408 @@
+// MatMul against MatMulRef for every weight type, on every ISA this CPU has; MatMulRef against the exact
+// float64 product; thread-count independence; scratch bounds.
+#include <omp.h>
+
+#include <cstddef>
+#include <cstring>
+#include <map>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "core/quant.h"
+#include "cpu_backend/kernels.h"
+#include "cpu_backend/vec_dot.h"
+#include "gtest/gtest.h"
+#include "tests/testutil.h"
+
+namespace tandem::cpu {
+namespace {
+
+using test::Nmse;
+using test::Poison;
+using test::RandomNormal;
+
+const DType kWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ4_0, DType::kQ4_1,
+                              DType::kQ5_0, DType::kQ5_1, DType::kQ8_0, DType::kQ2_K, DType::kQ3_K,
+                              DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+
+// Fast vs reference NMSE over all outputs of all shapes of one (type, ISA). Both see the same rounded operands,
+// so what is left is float (fast) vs double (reference) accumulation order, plus for Q4_1/Q5_1 the fp16-rounded
+// s = d * sum(q) of the Q8_1 activation block, which the reference (using the dequantized x) does not round.
+// The SIMD K-quant kernels convert per-lane integer sums to float before adding lanes, a little looser than the
+// scalar per-block integer sums. Measured on Zen 4, worst of scalar / AVX2 / AVX-512, all shapes together:
+// F32 6e-13, F16 5e-13, BF16 1.2e-13 (the scalar loops; SIMD <= 4e-14), Q4_0/Q5_0/Q8_0 <= 2.3e-14,
+// Q4_1 1.2e-9, Q5_1 2.6e-10, Q2_K/Q3_K <= 3.1e-14, Q4_K/Q5_K/Q6_K <= 9e-14 (the test prints them).
+const std::map<DType, double> kTol = {
+    {DType::kF32, 1e-11},  {DType::kF16, 1e-11},  {DType::kBF16, 1e-11}, {DType::kQ4_0, 1e-11},
+    {DType::kQ4_1, 1e-8},  {DType::kQ5_0, 1e-11}, {DType::kQ5_1, 1e-8},  {DType::kQ8_0, 1e-11},
+    {DType::kQ2_K, 1e-10}, {DType::kQ3_K, 1e-10}, {DType::kQ4_K, 1e-10}, {DType::kQ5_K, 1e-10},
+    {DType::kQ6_K, 1e-10},
+};
+// Each shape alone: a shape with a single output whose terms nearly cancel has a larger relative error than the
+// whole set (measured worst: 9e-11 for a 1x512 Q6_K product on AVX2, 2.5e-8 for Q5_1), so the per-shape bound is
+// looser; a wrong kernel gives NMSE ~1 either way.
+constexpr double kShapeTolFactor = 1000;
+
+// MatMulRef vs the exact product with unrounded x: the activation rounding error of the vec-dot type. For
+// N(0,1) data an 8-bit block quantizer with step max|x|/127 gives NMSE ~ step^2/12: ~2.5e-5 for Q8_0/Q8_1
+// (max over 32 ~ 2.1 sigma), ~5e-5 for Q8_K (max over 256 ~ 2.9 sigma); fp16 ~ 2^-24/3, bf16 ~ 2^-16/3.
+const std::map<DType, double> kActTol = {
+    {DType::kF32, 1e-13}, {DType::kF16, 1e-7},  {DType::kBF16, 2e-5},
+    {DType::kQ8_0, 1e-4}, {DType::kQ8_1, 1e-4}, {DType::kQ8_K, 2e-4},
+};
+
+std::string IsaName(Isa isa) {
+  switch (isa) {
+    case Isa::kScalar: return "scalar";
+    case Isa::kAvx2: return "avx2";
+    case Isa::kAvx512: return "avx512";
+  }
+  return "?";
+}
+
+// Byte offsets of the fp16 scale fields in one block; random bytes elsewhere are valid quants.
+std::vector<size_t> F16FieldOffsets(DType t) {
+  switch (t) {
+    case DType::kQ4_0: return {0};
+    case DType::kQ4_1: return {0, 2};
+    case DType::kQ5_0: return {0};
+    case DType::kQ5_1: return {0, 2};
+    case DType::kQ8_0: return {0};
+    case DType::kQ2_K: return {offsetof(BlockQ2_K, d), offsetof(BlockQ2_K, dmin)};
+    case DType::kQ3_K: return {offsetof(BlockQ3_K, d)};
+    case DType::kQ4_K: return {0, 2};
+    case DType::kQ5_K: return {0, 2};
+    case DType::kQ6_K: return {offsetof(BlockQ6_K, d)};
+    default: return {};
+  }
+}
+
+// A rows x cols weight matrix with `pad` spare bytes after each row: quantized from N(0,1) where the core has a
+// quantizer, else random blocks whose fp16 scales are sane.
+struct Weights {
+  std::vector<uint8_t> bytes;
+  WeightMatrix m;
+};
+
+Weights MakeWeights(DType type, int64_t rows, int64_t cols, size_t pad, uint64_t seed) {
+  Weights w;
+  const size_t row_bytes = RowBytes(type, cols);
+  const size_t stride = row_bytes + pad;
+  w.bytes.assign(stride * rows, 0xEE);  // padding holds junk the kernels must not read as data
+  std::mt19937_64 rng(seed);
+  if (CanQuantize(type)) {
+    const std::vector<float> f = RandomNormal(static_cast<size_t>(rows * cols), seed);
+    for (int64_t r = 0; r < rows; ++r) {
+      EXPECT_TRUE(QuantizeRow(type, f.data() + r * cols, w.bytes.data() + r * stride, cols).ok());
+    }
+  } else {
+    const DTypeTraits& tr = Traits(type);
+    std::uniform_real_distribution<float> scale(-0.05f, 0.05f);
+    for (int64_t r = 0; r < rows; ++r) {
+      uint8_t* row = w.bytes.data() + r * stride;
+      for (size_t i = 0; i < row_bytes; ++i) row[i] = static_cast<uint8_t>(rng());
+      for (int64_t b = 0; b < cols / tr.block_elems; ++b) {
+        for (size_t off : F16FieldOffsets(type)) {
+          const f16_t h = F32ToF16(scale(rng));
+          std::memcpy(row + b * tr.block_bytes + off, &h, 2);
+        }
+      }
+    }
+  }
+  w.m = WeightMatrix{type, w.bytes.data(), rows, cols, stride};
+  return w;
+}
+
+// MatMul into a NaN-poisoned y, with a scratch buffer of exactly MatMulScratchBytes followed by guard bytes.
+std::vector<float> RunMatMul(const WeightMatrix& w, const std::vector<float>& x, int64_t n_tok) {
+  constexpr size_t kGuard = 64;
+  const size_t scratch_bytes = MatMulScratchBytes(w.type, w.cols, n_tok);
+  std::vector<uint8_t> scratch(scratch_bytes + kGuard, 0xA5);
+  std::vector<float> y(static_cast<size_t>(w.rows * n_tok));
+  Poison(y);
+  MatMul(w, x.data(), n_tok, y.data(), scratch.data());
+  for (size_t i = scratch_bytes; i < scratch.size(); ++i) {
+    if (scratch[i] != 0xA5) {
+      ADD_FAILURE() << "MatMul wrote past MatMulScratchBytes at +" << (i - scratch_bytes);
+      break;
+    }
+  }
+  return y;
+}
+
+std::vector<float> RunRef(const WeightMatrix& w, const std::vector<float>& x, int64_t n_tok) {
+  std::vector<float> y(static_cast<size_t>(w.rows * n_tok));
+  Poison(y);
+  MatMulRef(w, x.data(), n_tok, y.data());
+  return y;
+}
+
+// One test problem: weights, activations and the reference product. Building them (quantizing, the double
+// reference) costs more than the kernels under test, so each is made once and shared by the per-ISA instances.
+struct Problem {
+  Weights w;
+  std::vector<float> x;  // [n_tok][cols]
+  std::vector<float> ref;
+};
+
+const Problem& GetProblem(DType type, int64_t rows, int64_t cols, int64_t n_tok, size_t pad, uint64_t seed) {
+  static std::map<std::tuple<DType, int64_t, int64_t, int64_t, size_t, uint64_t>, Problem> cache;
+  const auto key = std::make_tuple(type, rows, cols, n_tok, pad, seed);
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    Problem p;
+    p.w = MakeWeights(type, rows, cols, pad, seed);
+    p.x = RandomNormal(static_cast<size_t>(cols * n_tok), seed + 1000);
+    p.ref = RunRef(p.w.m, p.x, n_tok);
+    it = cache.emplace(key, std::move(p)).first;
+    it->second.w.m.data = it->second.w.bytes.data();  // the matrix views the bytes where they now live
+  }
+  return it->second;
+}
+
+// Column counts: 1, 2, 3 blocks, or odd lengths for the plain float types (any length is allowed there).
+std::vector<int64_t> SmallCols(DType t) {
+  const int64_t b = Traits(t).block_elems;
+  if (b == 1) return {1, 3, 17, 67, 259};
+  return {b, 2 * b, 3 * b};
+}
+int64_t LargeCols(DType t) { return Traits(t).block_elems == 1 ? 4096 + 13 : 4096; }
+
+// Kernels run on one thread here (the many small products would mostly measure thread wake-ups on a busy CI
+// machine); OneAndTwoThreadsAgree covers the threaded split for every type and ISA.
+class MatMulTest : public testing::TestWithParam<std::tuple<DType, Isa>> {
+ protected:
+  void SetUp() override {
+    if (std::get<1>(GetParam()) > DetectedIsa()) GTEST_SKIP() << "CPU lacks " << IsaName(std::get<1>(GetParam()));
+    SetIsa(std::get<1>(GetParam()));
+    saved_threads_ = omp_get_max_threads();
+    omp_set_num_threads(1);
+  }
+  void TearDown() override {
+    SetIsa(Isa::kAvx512);
+    omp_set_num_threads(saved_threads_);
+  }
+  int saved_threads_ = 1;
+};
+
+TEST_P(MatMulTest, MatchesReference) {
+  const DType type = std::get<0>(GetParam());
+  struct Shape {
+    int64_t rows, cols, n_tok;
+    size_t pad;
+  };
+  std::vector<Shape> shapes;
+  for (int64_t rows : {1, 7, 64, 300}) {
+    for (int64_t cols : SmallCols(type)) {
+      for (int64_t n_tok : {1, 3, 8, 33}) {
+        if (rows == 300 && n_tok == 33 && cols > 2 * Traits(type).block_elems) continue;  // keep it quick
+        shapes.push_back({rows, cols, n_tok, 0});
+      }
+    }
+  }
+  shapes.push_back({64, LargeCols(type), 1, 0});
+  shapes.push_back({64, LargeCols(type), 5, 0});
+  shapes.push_back({37, 2 * Traits(type).block_elems * 32, 6, 32});  // padded rows
+
+  double worst = 0;
+  uint64_t seed = 1;
+  std::vector<float> all_fast, all_ref;
+  for (const Shape& s : shapes) {
+    const Problem& p = GetProblem(type, s.rows, s.cols, s.n_tok, s.pad, seed++);
+    const std::vector<float> fast = RunMatMul(p.w.m, p.x, s.n_tok);
+    const double e = Nmse(fast, p.ref);
+    worst = std::max(worst, e);
+    EXPECT_LT(e, kTol.at(type) * kShapeTolFactor) << DTypeName(type) << " rows=" << s.rows << " cols=" << s.cols
+                                                  << " n_tok=" << s.n_tok << " pad=" << s.pad;
+    all_fast.insert(all_fast.end(), fast.begin(), fast.end());
+    all_ref.insert(all_ref.end(), p.ref.begin(), p.ref.end());
+  }
+  const double total = Nmse(all_fast, all_ref);
+  EXPECT_LT(total, kTol.at(type));
+  std::printf("  %s/%s: NMSE vs reference %.3g over all shapes, worst shape %.3g\n",
+              std::string(DTypeName(type)).c_str(), IsaName(std::get<1>(GetParam())).c_str(), total, worst);
+}
+
+// Results must not depend on how rows are shared among threads.
+TEST_P(MatMulTest, OneAndTwoThreadsAgree) {
+  const DType type = std::get<0>(GetParam());
+  const int64_t rows = 300, cols = 1024 + (Traits(type).block_elems == 1 ? 3 : 0), n_tok = 9;
+  const Problem& p = GetProblem(type, rows, cols, n_tok, 0, 77);
+  omp_set_num_threads(1);
+  const std::vector<float> one = RunMatMul(p.w.m, p.x, n_tok);
+  omp_set_num_threads(2);
+  const std::vector<float> two = RunMatMul(p.w.m, p.x, n_tok);
+  ASSERT_EQ(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)), 0);
+  EXPECT_LT(Nmse(one, p.ref), kTol.at(type));  // and not merely equal NaNs
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, MatMulTest,
+                         testing::Combine(testing::ValuesIn(kWeightTypes),
+                                          testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512)),
+                         [](const testing::TestParamInfo<std::tuple<DType, Isa>>& info) {
+                           return std::string(DTypeName(std::get<0>(info.param))) + "_" +
+                                  IsaName(std::get<1>(info.param));
+                         });
+
+// The reference itself: against the float64 product of the dequantized weights with the unrounded x, it may
+// only differ by the activation rounding of the vec-dot type.
+class MatMulRefTest : public testing::TestWithParam<DType> {};
+
+TEST_P(MatMulRefTest, CloseToExactProduct) {
+  const DType type = GetParam();
+  const int64_t rows = 48, cols = 2048, n_tok = 3;
+  const Weights w = MakeWeights(type, rows, cols, 0, 5);
+  const std::vector<float> x = RandomNormal(static_cast<size_t>(cols * n_tok), 6);
+  const std::vector<float> ref = RunRef(w.m, x, n_tok);
+  std::vector<float> exact(static_cast<size_t>(rows * n_tok));
+  std::vector<float> wr(static_cast<size_t>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    DequantizeRow(type, w.bytes.data() + r * w.m.row_stride, wr.data(), cols);
+    for (int64_t t = 0; t < n_tok; ++t) {
+      double s = 0;
+      for (int64_t i = 0; i < cols; ++i) s += static_cast<double>(wr[i]) * x[t * cols + i];
+      exact[t * rows + r] = static_cast<float>(s);
+    }
+  }
+  const double e = Nmse(ref, exact);
+  std::printf("  %s: reference vs exact NMSE %.3g\n", std::string(DTypeName(type)).c_str(), e);
+  EXPECT_LT(e, kActTol.at(VecDotType(type)));
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, MatMulRefTest, testing::ValuesIn(kWeightTypes),
+                         [](const testing::TestParamInfo<DType>& info) {
+                           return std::string(DTypeName(info.param));
+                         });
+
+// MatMul's activation conversion: the SIMD paths must give the same bytes as the portable path, which goes
+// through the core quantizers. Inputs include rounding ties, zero blocks, magnitude ties of opposite sign (Q8_K
+// picks the first), fp16 subnormals and overflow.
+std::vector<float> AwkwardActivations(int64_t n, uint64_t seed) {
+  std::vector<float> x = RandomNormal(static_cast<size_t>(n), seed);
+  for (int64_t i = 0; i < n; ++i) {
+    switch ((i / 256) % 5) {
+      case 0: break;
+      case 1: x[i] = (i % 32 == 0) ? 127.0f : static_cast<float>(i % 255 - 127) + 0.5f; break;  // q ties
+      case 2: x[i] = (i % 256 < 32) ? 0.0f : (i % 2 ? 3.0f : -3.0f); break;  // zero block, +-max ties
+      case 3: x[i] *= 1e-6f; break;                                        // fp16 subnormals
+      case 4: x[i] = i % 7 == 0 ? 1.0f + 1.0f / 2048 : x[i] * 3e4f; break;   // fp16 ties, overflow
+    }
+  }
+  return x;
+}
+
+TEST(MatMulActivations, SimdConversionMatchesPortable) {
+  if (DetectedIsa() < Isa::kAvx2) GTEST_SKIP() << "no SIMD conversion on this CPU";
+  const int64_t n = 5 * 256 * 2;
+  const std::vector<float> x = AwkwardActivations(n, 11);
+  // One weight type per activation layout: F16, BF16, Q8_0, Q8_0 with the c array (Q4_0, Q5_0), Q8_1, Q8_K.
+  for (DType wtype : {DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kQ4_1,
+                      DType::kQ4_K}) {
+    for (int64_t len : {n, int64_t{256}, int64_t{32 * 3}}) {
+      if (len % Traits(wtype).block_elems != 0) continue;
+      const size_t bytes = internal::ActivationRowBytes(wtype, len);
+      std::vector<uint8_t> portable(bytes, 0x11), simd(bytes, 0x22);
+      internal::QuantizeActivationRow(wtype, x.data(), portable.data(), len, Isa::kScalar);
+      internal::QuantizeActivationRow(wtype, x.data(), simd.data(), len, Isa::kAvx2);
+      EXPECT_EQ(std::memcmp(portable.data(), simd.data(), bytes), 0) << DTypeName(wtype) << " n=" << len;
+    }
+  }
+  // Plain float types take any length: the SIMD conversion's scalar tail.
+  for (DType wtype : {DType::kF16, DType::kBF16}) {
+    const size_t bytes = internal::ActivationRowBytes(wtype, 37);
+    std::vector<uint8_t> portable(bytes), simd(bytes);
+    internal::QuantizeActivationRow(wtype, x.data() + 1000, portable.data(), 37, Isa::kScalar);
+    internal::QuantizeActivationRow(wtype, x.data() + 1000, simd.data(), 37, Isa::kAvx2);
+    EXPECT_EQ(std::memcmp(portable.data(), simd.data(), bytes), 0) << DTypeName(wtype);
+  }
+}
+
+// The portable conversion is the core quantizer's output, laid out as vec_dot.h describes: split (Q8_0/Q8_1),
+// in nibble order with the c array for Q4_0 weights, as stored for Q8_K.
+TEST(MatMulActivations, PortableConversionIsTheCoreQuantizer) {
+  const int64_t n = 512;
+  const std::vector<float> x = AwkwardActivations(n, 12);
+  std::vector<uint8_t> packed(internal::ActivationRowBytes(DType::kQ4_1, n));
+  internal::QuantizeActivationRow(DType::kQ4_1, x.data(), packed.data(), n, Isa::kScalar);
+  std::vector<BlockQ8_1> core(n / 32);
+  QuantizeRowQ8_1(x.data(), core.data(), n);
+  const internal::Act32 view = internal::ViewAct32(packed.data(), n);
+  for (int64_t b = 0; b < n / 32; ++b) {
+    EXPECT_EQ(std::memcmp(view.qs + 32 * b, core[b].qs, 32), 0) << "block " << b;
+    EXPECT_EQ(view.d[b], F16ToF32(core[b].d)) << "block " << b;
+    EXPECT_EQ(view.s[b], F16ToF32(core[b].s)) << "block " << b;
+  }
+
+  // Q4_0 weights: nibble order, checked on a row whose last group has 3 blocks.
+  for (int64_t len : {n, int64_t{n - 32}}) {
+    const int64_t nb = len / 32;
+    std::vector<uint8_t> q4(internal::ActivationRowBytes(DType::kQ4_0, len));
+    internal::QuantizeActivationRow(DType::kQ4_0, x.data(), q4.data(), len, Isa::kScalar);
+    std::vector<BlockQ8_0> core0(static_cast<size_t>(nb));
+    QuantizeRowQ8_0(x.data(), core0.data(), len);
+    const internal::Act32 view0 = internal::ViewAct32(q4.data(), len);
+    for (int64_t b = 0; b < nb; ++b) {
+      const int8_t* lo = view0.qs + internal::NibbleHalfOffset(nb, b, 0);
+      const int8_t* hi = view0.qs + internal::NibbleHalfOffset(nb, b, 1);
+      EXPECT_EQ(std::memcmp(lo, core0[b].qs, 16), 0) << "block " << b;
+      EXPECT_EQ(std::memcmp(hi, core0[b].qs + 16, 16), 0) << "block " << b;
+      EXPECT_EQ(view0.d[b], F16ToF32(core0[b].d)) << "block " << b;
+      for (int j = 0; j < 4; ++j) {
+        const int8_t* q = core0[b].qs;
+        const int sum = q[4 * j] + q[4 * j + 1] + q[4 * j + 2] + q[4 * j + 3] + q[16 + 4 * j] + q[17 + 4 * j] +
+                        q[18 + 4 * j] + q[19 + 4 * j];
+        EXPECT_EQ(view0.c[4 * b + j], -8 * sum) << "block " << b << " lane " << j;
+      }
+    }
+  }
+
+  std::vector<uint8_t> k_packed(internal::ActivationRowBytes(DType::kQ4_K, n));
+  std::vector<BlockQ8_K> k_core(n / 256);
+  internal::QuantizeActivationRow(DType::kQ4_K, x.data(), k_packed.data(), n, Isa::kScalar);
+  QuantizeRowQ8_K(x.data(), k_core.data(), n);
+  EXPECT_EQ(std::memcmp(k_packed.data(), k_core.data(), k_packed.size()), 0);
+}
+
+// A hand-built case: Q8_0 weights and inputs exactly representable, so the answer is known.
+TEST(MatMulHandBuilt, Q8_0Identity) {
+  // Two blocks per row, all scales 1. Row r of W has q = 2 at column r; row 3 also has q = -128 (the one value
+  // whose magnitude does not fit int8) at column 63. x[t] is t + 1 except 127 at columns 31 and 63, so its
+  // Q8_0 scales are exactly 1 and its quants are the values: y[t][r] = 2(t + 1), minus 128 * 127 for row 3.
+  constexpr int64_t rows = 4, cols = 64, n_tok = 2;
+  std::vector<BlockQ8_0> w(rows * 2);
+  for (BlockQ8_0& b : w) {
+    b.d = F32ToF16(1.0f);
+    std::memset(b.qs, 0, sizeof(b.qs));
+  }
+  for (int64_t r = 0; r < rows; ++r) w[2 * r].qs[r] = 2;
+  w[2 * 3 + 1].qs[31] = -128;
+  std::vector<float> x(cols * n_tok);
+  for (int64_t t = 0; t < n_tok; ++t) {
+    for (int64_t i = 0; i < cols; ++i) x[t * cols + i] = static_cast<float>(i % 32 == 31 ? 127 : t + 1);
+  }
+  const WeightMatrix m{DType::kQ8_0, w.data(), rows, cols, 2 * sizeof(BlockQ8_0)};
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    if (isa > DetectedIsa()) continue;
+    SetIsa(isa);
+    const std::vector<float> y = RunMatMul(m, x, n_tok);
+    for (int64_t t = 0; t < n_tok; ++t) {
+      for (int64_t r = 0; r < rows; ++r) {
+        EXPECT_EQ(y[t * rows + r], 2.0f * (t + 1) - (r == 3 ? 128.0f * 127.0f : 0.0f)) << IsaName(isa);
+      }
+    }
+  }
+  SetIsa(Isa::kAvx512);
+}
+
+TEST(MatMulIsa, SetIsaIsCappedByTheCpu) {
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    SetIsa(isa);
+    EXPECT_EQ(ActiveIsa(), isa > DetectedIsa() ? DetectedIsa() : isa);
+  }
+  SetIsa(Isa::kAvx512);
+}
+
+}  // namespace
+}  // namespace tandem::cpu
