@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <map>
 #include <numeric>
 #include <random>
 #include <string>
@@ -219,8 +220,15 @@ int CmdBench(std::span<const std::string> argv) {
     }
   }
 
-  const std::string model_type = Cat(cfg.is_moe() ? Cat(cfg.n_expert, "x ") : "", cfg.n_layer, "L ",
-                                     e.file().tensors().empty() ? "" : DTypeName(e.file().tensors()[1].type));
+  // Named after the type holding the most bytes, as llama-bench names a file by its main quantization.
+  std::map<DType, uint64_t> bytes_by_type;
+  for (const GgufTensorInfo& t : e.file().tensors()) bytes_by_type[t.type] += t.nbytes;
+  DType main_type = DType::kF32;
+  for (const auto& [type, bytes] : bytes_by_type) {
+    if (bytes > bytes_by_type[main_type]) main_type = type;
+  }
+  const std::string model_type =
+      Cat(cfg.is_moe() ? Cat(cfg.n_expert, "x ") : "", cfg.n_layer, "L ", DTypeName(main_type));
   uint64_t model_bytes = 0, n_params = 0;
   for (const GgufTensorInfo& t : e.file().tensors()) {
     model_bytes += t.nbytes;

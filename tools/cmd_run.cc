@@ -150,6 +150,16 @@ int CmdRun(std::span<const std::string> argv) {
   EngineOptions eo{.model_path = f.model, .device = f.placement.device, .placement = *placement, .n_ctx = f.n_ctx,
                    .n_batch = f.n_batch, .n_threads = f.n_threads, .kv_type = f.kv_type};
   eo.numa = f.placement.numa;
+  // A progress bar for weights going to VRAM or pinned RAM, only on a terminal and never with --json.
+  if (!f.json && isatty(STDERR_FILENO)) {
+    eo.progress = [](uint64_t done, uint64_t total) {
+      const int width = 40;
+      const int filled = total > 0 ? static_cast<int>(width * done / total) : width;
+      std::fprintf(stderr, "\rloading [%s%s] %s / %s", std::string(filled, '#').c_str(),
+                   std::string(width - filled, ' ').c_str(), HumanBytes(done).c_str(), HumanBytes(total).c_str());
+      if (done >= total) std::fprintf(stderr, "\n");
+    };
+  }
   auto engine_or = Engine::Open(eo);
   if (!engine_or.ok()) return Fail(engine_or.status());
   Engine& engine = **engine_or;
