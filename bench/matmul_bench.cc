@@ -28,6 +28,7 @@
 
 #include "core/dtype.h"
 #include "cpu_backend/kernels.h"
+#include "cpu_backend/read_bandwidth.h"
 
 namespace {
 
@@ -51,68 +52,6 @@ double Median(std::vector<double> v) {
   const size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
-
-// Sum of 64-bit words of [p, p + bytes) with four independent AVX2 accumulators; bytes is a multiple of 128.
-__attribute__((target("avx2"))) uint64_t SumAvx2(const uint8_t* p, size_t bytes) {
-  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
-  for (size_t i = 0; i < bytes; i += 128) {
-    a0 = _mm256_add_epi64(a0, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i)));
-    a1 = _mm256_add_epi64(a1, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 32)));
-    a2 = _mm256_add_epi64(a2, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 64)));
-    a3 = _mm256_add_epi64(a3, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 96)));
-  }
-  alignas(32) uint64_t lanes[4];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes),
-                     _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3)));
-  return lanes[0] + lanes[1] + lanes[2] + lanes[3];
-}
-
-uint64_t SumScalar(const uint8_t* p, size_t bytes) {
-  uint64_t s = 0;
-  for (size_t i = 0; i < bytes; i += 8) {
-    uint64_t v;
-    std::memcpy(&v, p + i, 8);
-    s += v;
-  }
-  return s;
-}
-
-// Multi-threaded streaming read over a buffer much larger than the caches. Each run reads the next slice of
-// about the size of the kernel's matrix, so probe and kernel last about as long (on a shared machine a longer
-// run is more likely to lose its cores for a while) and the slice was last touched many runs ago.
-struct ReadProbe {
-  static constexpr size_t kChunk = 2 << 20;  // handed out dynamically, as MatMul hands out rows
-  uint8_t* buf = nullptr;
-  size_t bytes = 0;
-  size_t next = 0;  // chunk index where the next run starts
-  volatile uint64_t sink = 0;
-
-  explicit ReadProbe(size_t b) : bytes(b / kChunk * kChunk) {
-    buf = static_cast<uint8_t*>(std::aligned_alloc(4096, bytes));
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < static_cast<int64_t>(bytes / 4096); ++i) std::memset(buf + i * 4096, i & 0xFF, 4096);
-  }
-  ~ReadProbe() { std::free(buf); }
-
-  // Reads about `slice` bytes (whole chunks, at least one); returns GB/s.
-  double Run(size_t slice) {
-    const bool avx2 = __builtin_cpu_supports("avx2");
-    const size_t total_chunks = bytes / kChunk;
-    const auto n_chunks = static_cast<int64_t>(std::clamp<size_t>(slice / kChunk, 1, total_chunks));
-    const size_t first = next;
-    next = (next + static_cast<size_t>(n_chunks)) % total_chunks;
-    uint64_t total = 0;
-    const double t0 = Now();
-#pragma omp parallel for schedule(dynamic, 1) reduction(+ : total)
-    for (int64_t c = 0; c < n_chunks; ++c) {
-      const uint8_t* p = buf + (first + static_cast<size_t>(c)) % total_chunks * kChunk;
-      total += avx2 ? SumAvx2(p, kChunk) : SumScalar(p, kChunk);
-    }
-    const double dt = Now() - t0;
-    sink = sink + total;
-    return static_cast<double>(static_cast<size_t>(n_chunks) * kChunk) / dt * 1e-9;
-  }
-};
 
 // Random weights: plain floats from N(0, 1); quantized types as random bytes with small fp16 scales
 // (the kernels' speed does not depend on the values, and real quantizers are slow at this size).
@@ -224,7 +163,7 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  ReadProbe probe(probe_mib << 20);
+  tandem::cpu::ReadBandwidthProbe probe(probe_mib << 20);
   std::printf("# matmul_bench: %lld x %lld (rows x cols), %d threads, isa %s, probe buffer %zu MiB, %d reps\n",
               static_cast<long long>(rows), static_cast<long long>(cols), omp_get_max_threads(),
               IsaName(tandem::cpu::ActiveIsa()), probe_mib, reps);

@@ -199,6 +199,9 @@ struct Q8_0K {
 template <class Block>
 struct NibbleK {
   static constexpr bool kFive = std::is_same_v<Block, BlockQ5_0>;
+  // Software prefetch this far ahead (288 bytes of Q4_0) measured a little faster from DRAM than the hardware
+  // prefetcher alone.
+  static constexpr int kPrefetchBlocks = 16;
 
   template <int NX>
   static void Run(int64_t n, const void* w, const void* x, size_t xs, float* out, size_t os) {
@@ -217,6 +220,7 @@ struct NibbleK {
     int64_t first = 0;
     for (; first + 4 <= nb; first += 4) {
       const Block* b = a + first;
+      _mm_prefetch(reinterpret_cast<const char*>(b + kPrefetchBlocks), _MM_HINT_T0);
       const __m512i raw = Join(_mm256_set_m128i(Load128(b[1].qs), Load128(b[0].qs)),
                                _mm256_set_m128i(Load128(b[3].qs), Load128(b[2].qs)));
       __m512i lo = _mm512_and_si512(raw, low4);
