@@ -6,6 +6,15 @@ cd "$(dirname "$0")/.."
 tools/bootstrap.sh
 ctest --test-dir build --output-on-failure -j"$(nproc)" --timeout 900
 
+# The same suite under AddressSanitizer + UndefinedBehaviorSanitizer, CPU only (SANITIZE=0 skips it). The one
+# test that compares a predicted time with a measured one is left out: sanitizers slow the CPU side only.
+if [ "${SANITIZE:-1}" = 1 ]; then
+  cmake -S . -B build-asan -DTANDEM_SANITIZE=ON -DTANDEM_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  cmake --build build-asan -j"$(nproc)" >/dev/null
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ctest --test-dir build-asan --output-on-failure -j"$(nproc)" --timeout 1800 -E 'PredictedDecodeTime'
+fi
+
 fuzz_seconds="${FUZZ_SECONDS:-60}"
 if [ "$fuzz_seconds" -gt 0 ] && [ -f tests/fuzz/CMakeLists.txt ]; then
   CC=clang CXX=clang++ cmake -S . -B build-fuzz -DTANDEM_FUZZ=ON -DTANDEM_TESTS=OFF -DTANDEM_CUDA=OFF \
