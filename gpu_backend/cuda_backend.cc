@@ -195,6 +195,9 @@ class CudaBackend final : public Backend {
                       float* y) override;
   void ScatterRows(const float* x, const int32_t* idx_host, const float* w_host, int64_t n_idx, int64_t n,
                    float* y) override;
+  // y[idx[i]] = or += w[i] * x[i], in chunks of kIndexChunk indices passed by value.
+  void Scatter(const float* x, const int32_t* idx_host, const float* w_host, int64_t n_idx, int64_t n, float* y,
+               bool accumulate);
 
   absl::Status TakeError() override;
 
@@ -589,33 +592,28 @@ void CudaBackend::GatherRows(const float* x, const int32_t* idx_host, int64_t n_
 
 void CudaBackend::ScatterAddRows(const float* x, const int32_t* idx_host, const float* w_host, int64_t n_idx,
                                  int64_t n, float* y) {
-  if (!Expect(n_idx >= 0 && n >= 0, "ScatterAddRows: negative size") || n_idx == 0 || n == 0) return;
-  if (!Begin("ScatterAddRows", {x, idx_host, w_host, y})) return;
-  IndexChunk chunk{};
-  for (int64_t i0 = 0; i0 < n_idx; i0 += kIndexChunk) {
-    const int count = static_cast<int>(std::min<int64_t>(kIndexChunk, n_idx - i0));
-    for (int i = 0; i < count; ++i) {
-      if (!Expect(idx_host[i0 + i] >= 0, "ScatterAddRows: negative row index")) return;
-      chunk.idx[i] = idx_host[i0 + i];
-      chunk.w[i] = w_host[i0 + i];
-    }
-    if (!Check(LaunchScatterAddRows(x + i0 * n, chunk, count, n, y, compute()), "ScatterAddRows launch")) return;
-  }
+  Scatter(x, idx_host, w_host, n_idx, n, y, /*accumulate=*/true);
 }
 
 void CudaBackend::ScatterRows(const float* x, const int32_t* idx_host, const float* w_host, int64_t n_idx,
                               int64_t n, float* y) {
-  if (!Expect(n_idx >= 0 && n >= 0, "ScatterRows: negative size") || n_idx == 0 || n == 0) return;
-  if (!Begin("ScatterRows", {x, idx_host, w_host, y})) return;
+  Scatter(x, idx_host, w_host, n_idx, n, y, /*accumulate=*/false);
+}
+
+void CudaBackend::Scatter(const float* x, const int32_t* idx_host, const float* w_host, int64_t n_idx, int64_t n,
+                          float* y, bool accumulate) {
+  const char* op = accumulate ? "ScatterAddRows" : "ScatterRows";
+  if (!Expect(n_idx >= 0 && n >= 0, "scatter: negative size") || n_idx == 0 || n == 0) return;
+  if (!Begin(op, {x, idx_host, w_host, y})) return;
   IndexChunk chunk{};
   for (int64_t i0 = 0; i0 < n_idx; i0 += kIndexChunk) {
     const int count = static_cast<int>(std::min<int64_t>(kIndexChunk, n_idx - i0));
     for (int i = 0; i < count; ++i) {
-      if (!Expect(idx_host[i0 + i] >= 0, "ScatterRows: negative row index")) return;
+      if (!Expect(idx_host[i0 + i] >= 0, "scatter: negative row index")) return;
       chunk.idx[i] = idx_host[i0 + i];
       chunk.w[i] = w_host[i0 + i];
     }
-    if (!Check(LaunchScatterRows(x + i0 * n, chunk, count, n, y, compute()), "ScatterRows launch")) return;
+    if (!Check(LaunchScatterRows(x + i0 * n, chunk, count, n, y, accumulate, compute()), "scatter launch")) return;
   }
 }
 

@@ -1,4 +1,4 @@
-// Row gathers and weighted scatter-adds for MoE token grouping. The row indices (and weights) arrive by value
+// Row gathers and weighted scatters (set or add) for MoE token grouping. The row indices (and weights) arrive by value
 // in an IndexChunk, so the caller's host arrays are free as soon as the launch returns.
 #include "gpu_backend/cuda_common.cuh"
 #include "gpu_backend/launch.h"
@@ -19,18 +19,9 @@ __global__ void GatherRowsKernel(const float* x, const IndexChunk chunk, int64_t
   }
 }
 
-// atomicAdd keeps repeated destination rows correct; with distinct rows it equals a plain y += w * x.
-__global__ void ScatterAddRowsKernel(const float* x, const IndexChunk chunk, int64_t n, float* y) {
-  const int i = blockIdx.y;
-  const float* src = x + static_cast<int64_t>(i) * n;
-  float* dst = y + static_cast<int64_t>(chunk.idx[i]) * n;
-  const float w = chunk.w[i];
-  for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < n;
-       c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    atomicAdd(dst + c, w * src[c]);
-  }
-}
-
+// y[idx[i]] = w[i] * x[i], or += with kAccumulate (atomicAdd keeps repeated destination rows correct; with
+// distinct rows it equals a plain y += w * x).
+template <bool kAccumulate>
 __global__ void ScatterRowsKernel(const float* x, const IndexChunk chunk, int64_t n, float* y) {
   const int i = blockIdx.y;
   const float* src = x + static_cast<int64_t>(i) * n;
@@ -38,7 +29,11 @@ __global__ void ScatterRowsKernel(const float* x, const IndexChunk chunk, int64_
   const float w = chunk.w[i];
   for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < n;
        c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    dst[c] = w * src[c];
+    if constexpr (kAccumulate) {
+      atomicAdd(dst + c, w * src[c]);
+    } else {
+      dst[c] = w * src[c];
+    }
   }
 }
 
@@ -54,19 +49,15 @@ cudaError_t LaunchGatherRows(const float* x, const IndexChunk& chunk, int count,
   return cudaGetLastError();
 }
 
-cudaError_t LaunchScatterAddRows(const float* x, const IndexChunk& chunk, int count, int64_t n, float* y,
-                                 cudaStream_t s) {
-  if (count <= 0 || n <= 0) return cudaSuccess;
-  if (count > kIndexChunk) return cudaErrorInvalidValue;
-  ScatterAddRowsKernel<<<RowsGrid(count, n), kThreads, 0, s>>>(x, chunk, n, y);
-  return cudaGetLastError();
-}
-
 cudaError_t LaunchScatterRows(const float* x, const IndexChunk& chunk, int count, int64_t n, float* y,
-                              cudaStream_t s) {
+                              bool accumulate, cudaStream_t s) {
   if (count <= 0 || n <= 0) return cudaSuccess;
   if (count > kIndexChunk) return cudaErrorInvalidValue;
-  ScatterRowsKernel<<<RowsGrid(count, n), kThreads, 0, s>>>(x, chunk, n, y);
+  if (accumulate) {
+    ScatterRowsKernel<true><<<RowsGrid(count, n), kThreads, 0, s>>>(x, chunk, n, y);
+  } else {
+    ScatterRowsKernel<false><<<RowsGrid(count, n), kThreads, 0, s>>>(x, chunk, n, y);
+  }
   return cudaGetLastError();
 }
 

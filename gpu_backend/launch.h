@@ -71,12 +71,9 @@ cudaError_t LaunchMoeRoute(const float* logits, int64_t n_tok, int n_expert, int
 // y[i] = x[chunk.idx[i]]
 cudaError_t LaunchGatherRows(const float* x, const IndexChunk& chunk, int count, int64_t n, float* y,
                              cudaStream_t s);
-// y[chunk.idx[i]] += chunk.w[i] * x[i]
-cudaError_t LaunchScatterAddRows(const float* x, const IndexChunk& chunk, int count, int64_t n, float* y,
-                                 cudaStream_t s);
-// y[chunk.idx[i]] = chunk.w[i] * x[i]
+// y[chunk.idx[i]] = chunk.w[i] * x[i], or += when accumulate
 cudaError_t LaunchScatterRows(const float* x, const IndexChunk& chunk, int count, int64_t n, float* y,
-                              cudaStream_t s);
+                              bool accumulate, cudaStream_t s);
 
 // ---- matvec_q.cu: y[t][r] = dot(W[r], x[t]) for n_tok <= kMatVecMaxTokens, any supported weight type,
 // dequantized in registers, f32 accumulation ----

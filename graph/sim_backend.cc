@@ -604,35 +604,30 @@ void SimBackend::GatherRows(const float* x, const int32_t* idx_host, int64_t n_i
 
 void SimBackend::ScatterAddRows(const float* x, const int32_t* idx_host, const float* w_host, int64_t n_idx,
                                 int64_t n, float* y) {
-  if (!CheckDevice(x, static_cast<size_t>(n_idx * n) * sizeof(float), "ScatterAddRows", "x") ||
-      !CheckDevice(y, static_cast<size_t>(n) * sizeof(float), "ScatterAddRows", "y")) {
-    return;
-  }
-  std::vector<int32_t> idx(idx_host, idx_host + n_idx);
-  std::vector<float> w(w_host, w_host + n_idx);
-  Compute("ScatterAddRows", 0, [x, idx = std::move(idx), w = std::move(w), n, y] {
-    // In index order, so repeated indices accumulate deterministically.
-    for (size_t i = 0; i < idx.size(); ++i) {
-      float* dst = y + static_cast<int64_t>(idx[i]) * n;
-      const float* src = x + static_cast<int64_t>(i) * n;
-      for (int64_t j = 0; j < n; ++j) dst[j] += w[i] * src[j];
-    }
-  });
+  Scatter(x, idx_host, w_host, n_idx, n, y, /*accumulate=*/true);
 }
 
 void SimBackend::ScatterRows(const float* x, const int32_t* idx_host, const float* w_host, int64_t n_idx, int64_t n,
                              float* y) {
-  if (!CheckDevice(x, static_cast<size_t>(n_idx * n) * sizeof(float), "ScatterRows", "x") ||
-      !CheckDevice(y, static_cast<size_t>(n) * sizeof(float), "ScatterRows", "y")) {
+  Scatter(x, idx_host, w_host, n_idx, n, y, /*accumulate=*/false);
+}
+
+void SimBackend::Scatter(const float* x, const int32_t* idx_host, const float* w_host, int64_t n_idx, int64_t n,
+                         float* y, bool accumulate) {
+  const char* op = accumulate ? "ScatterAddRows" : "ScatterRows";
+  if (!CheckDevice(x, static_cast<size_t>(n_idx * n) * sizeof(float), op, "x") ||
+      !CheckDevice(y, static_cast<size_t>(n) * sizeof(float), op, "y")) {
     return;
   }
+  // Host index arrays are copied now: the caller may reuse them before the stream runs.
   std::vector<int32_t> idx(idx_host, idx_host + n_idx);
   std::vector<float> w(w_host, w_host + n_idx);
-  Compute("ScatterRows", 0, [x, idx = std::move(idx), w = std::move(w), n, y] {
+  Compute(op, 0, [x, idx = std::move(idx), w = std::move(w), n, y, accumulate] {
+    // In index order, so repeated indices accumulate deterministically.
     for (size_t i = 0; i < idx.size(); ++i) {
       float* dst = y + static_cast<int64_t>(idx[i]) * n;
       const float* src = x + static_cast<int64_t>(i) * n;
-      for (int64_t j = 0; j < n; ++j) dst[j] = w[i] * src[j];
+      for (int64_t j = 0; j < n; ++j) dst[j] = accumulate ? dst[j] + w[i] * src[j] : w[i] * src[j];
     }
   });
 }

@@ -120,6 +120,9 @@ class SimBackend final : public Backend {
   // DeviceRange, recorded as the sticky error when it fails (for the kernels, which return nothing).
   bool CheckDevice(const void* p, size_t n, std::string_view op, std::string_view what);
   void SetError(absl::Status s);
+  // y[idx[i]] = or += w[i] * x[i] on the compute stream.
+  void Scatter(const float* x, const int32_t* idx_host, const float* w_host, int64_t n_idx, int64_t n, float* y,
+               bool accumulate);
   // Queues fn on the compute stream, timed and traced.
   template <typename Fn>
   void Compute(std::string_view op, uint64_t weight_bytes, Fn&& fn);
