@@ -1,6 +1,7 @@
 // The hybrid engine on the simulated GPU: plans of every kind give the CPU-only answers, budgets hold, streamed
 // copies overlap compute, and the cost model's decode prediction holds against what the sim measures.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -42,7 +43,9 @@ std::string WriteProfile(const std::string& name, double cpu_gbps, double cpu_gf
   for (auto& [type, gbps] : p.cpu_gemv_gbps) gbps = cpu_gbps;
   for (auto& [type, gflops] : p.cpu_gemm_gflops) gflops = cpu_gflops;
   p.cpu_attn_gflops = cpu_gflops;
-  const std::string path = (std::filesystem::temp_directory_path() / ("tandem-hybrid-" + name + ".json")).string();
+  // Per process: CTest runs the cases of this file in parallel processes.
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("tandem-hybrid-" + name + "-" + std::to_string(getpid()) + ".json")).string();
   EXPECT_TRUE(SaveProfile(path, p).ok());
   return path;
 }

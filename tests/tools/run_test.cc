@@ -1,6 +1,7 @@
 // The `tandem run` contract (spec/cli.md): greedy ids from BOS equal llama.cpp's, the --json fields, --logits-out,
 // the bundled default model, and one-line errors for bad flags and files.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -58,7 +59,7 @@ TEST(Run, DefaultModelIsTheBundledOne) {
 // --logits-out: every prompt position from one prompt pass, [n_prompt][n_vocab] float32, against llama.cpp.
 TEST(Run, LogitsOutMatchesTheGolden) {
   const nlohmann::json golden = test::ReadJson(test::DataPath("goldens/stories260K.json"));
-  const std::string path = (std::filesystem::temp_directory_path() / "tandem-run-logits.bin").string();
+  const std::string path = (std::filesystem::temp_directory_path() / ("tandem-run-logits-" + std::to_string(getpid()) + ".bin")).string();
   const test::CmdResult r =
       RunCommand(TandemBin() + " run -m " + Quote(test::ModelPath("stories260K.gguf")) + " -p " +
                  Quote(golden["prompt"].get<std::string>()) + " -n 1 --temp 0 --kv-type f32 --json --logits-out " +
@@ -83,7 +84,7 @@ TEST(Run, StreamsTextAndPrintsASummary) {
 
 // Bad input: exactly one stderr line starting with "error: " and a non-zero exit, never a crash.
 TEST(Run, BadFlagsAndFilesAreOneLineErrors) {
-  const std::string bad_file = (std::filesystem::temp_directory_path() / "tandem-not-a-model.gguf").string();
+  const std::string bad_file = (std::filesystem::temp_directory_path() / ("tandem-not-a-model-" + std::to_string(getpid()) + ".gguf")).string();
   {
     FILE* f = std::fopen(bad_file.c_str(), "wb");
     std::fputs("GGUF but not really", f);
