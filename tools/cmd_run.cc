@@ -194,6 +194,7 @@ int CmdRun(std::span<const std::string> argv) {
   // Decode: sample from the last row, feed the token back, one at a time.
   std::span<float> last(logits.data() + (all_logits ? (prompt.size() - 1) * n_vocab : 0), n_vocab);
   std::string text;
+  text.reserve(static_cast<size_t>(f.n_predict) * 16);  // pieces are short: no allocation while decoding
   Clock::time_point t_first = t_prefill;
   const bool strip_leading_space = prompt.size() == 1 && f.add_bos;  // generating from BOS alone
   for (int i = 0; i < f.n_predict; ++i) {
