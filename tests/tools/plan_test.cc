@@ -1,5 +1,6 @@
 // `tandem plan` and `tandem calibrate` end to end on the bundled MoE models with a simulated device.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <string>
 
@@ -20,7 +21,8 @@ using test::TandemBin;
 class PlanCli : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = ::testing::TempDir() + "/tandem_plan_test";
+    // Per process: CTest runs this fixture's tests in parallel processes, and they must not share a profile file.
+    dir_ = ::testing::TempDir() + "/tandem_plan_test_" + std::to_string(getpid());
     profile_ = dir_ + "/profile.json";
     // A fixed profile: no calibration in the test, and the same answer on every machine.
     ASSERT_TRUE(SaveProfile(profile_, test::CpuProfile(/*gemv_gbps=*/20, /*gemm_gflops=*/100)).ok());
