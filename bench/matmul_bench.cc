@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "cpu_backend/repack.h"
 #include "cpu_backend/kernels.h"
 #include "cpu_backend/read_bandwidth.h"
 
@@ -123,7 +124,7 @@ const char* IsaName(tandem::cpu::Isa isa) {
 
 int Usage() {
   std::fprintf(stderr,
-               "usage: matmul_bench [--rows R] [--cols C] [--types T1,T2] [--ntok 1,8,32,512] [--reps N] "
+               "usage: matmul_bench [--rows R] [--cols C] [--types T1,T2] [--ntok 1,8,32,512] [--reps N] [--layout gguf|packed] "
                "[--probe-mib M]\n");
   return 2;
 }
@@ -137,6 +138,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> type_names = {"F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
                                          "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"};
   std::vector<int64_t> ntoks = {1, 8, 32, 512};
+  bool packed = false;  // --layout packed: the CPU backend's repacked copy (repack.h) where the type has one
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (i + 1 >= argc) return Usage();
@@ -151,6 +153,9 @@ int main(int argc, char** argv) {
       probe_mib = static_cast<size_t>(std::max(16, std::atoi(v.c_str())));
     } else if (a == "--types") {
       type_names = Split(v);
+    } else if (a == "--layout") {
+      if (v != "gguf" && v != "packed") return Usage();
+      packed = v == "packed";
     } else if (a == "--ntok") {
       ntoks.clear();
       for (const std::string& t : Split(v)) ntoks.push_back(std::atoll(t.c_str()));
@@ -167,7 +172,7 @@ int main(int argc, char** argv) {
   std::printf("# matmul_bench: %lld x %lld (rows x cols), %d threads, isa %s, probe buffer %zu MiB, %d reps\n",
               static_cast<long long>(rows), static_cast<long long>(cols), omp_get_max_threads(),
               IsaName(tandem::cpu::ActiveIsa()), probe_mib, reps);
-  std::printf("%-5s %5s %9s %8s %9s %8s %7s | %9s %8s %8s %7s | %9s\n", "type", "n_tok", "ms", "GB/s", "GFLOP/s",
+  std::printf("%-6s %5s %9s %8s %9s %8s %7s | %9s %8s %8s %7s | %9s\n", "type", "n_tok", "ms", "GB/s", "GFLOP/s",
               "probe", "%probe", "best_ms", "GB/s", "probe", "%probe", "cpu_ms/th");
 
   const int64_t max_tok = *std::max_element(ntoks.begin(), ntoks.end());
@@ -190,17 +195,28 @@ int main(int argc, char** argv) {
     // right after the probe came back at ~3x DRAM speed). Like a real model, where each layer has its own.
     const size_t n_copies = std::max<size_t>(1, std::min<size_t>(16, (size_t{768} << 20) / w.size()));
     std::vector<std::vector<uint8_t>> copies(n_copies, w);
+    const WeightMatrix gguf_view{*type, w.data(), rows, cols, row_bytes};
+    const bool pack = packed && tandem::cpu::CanRepack(gguf_view);
+    if (pack) {  // each copy becomes its packed form
+      for (auto& c : copies) {
+        std::vector<uint8_t> p(tandem::cpu::PackedBytes(gguf_view));
+        tandem::cpu::Repack(WeightMatrix{*type, c.data(), rows, cols, row_bytes}, p.data());
+        c = std::move(p);
+      }
+    }
+    const std::string label = pack ? name + "p" : name;
+    const size_t w_bytes = copies[0].size();
     std::vector<uint8_t> scratch(tandem::cpu::MatMulScratchBytes(*type, cols, max_tok));
     for (int64_t n_tok : ntoks) {
       // Prefill-sized runs take long; fewer repetitions keep the whole table to minutes.
       const int n_reps = n_tok >= 256 ? std::max(1, reps / 3) : reps;
-      const WeightMatrix first{*type, copies[0].data(), rows, cols, row_bytes};
+      const WeightMatrix first{.type = *type, .data = copies[0].data(), .rows = rows, .cols = cols, .row_stride = row_bytes, .packed = pack};
       tandem::cpu::MatMul(first, x.data(), n_tok, y.data(), scratch.data());  // warm-up: threads, page tables
       std::vector<double> times, cpu_times, probes;
       for (int r = 0; r < n_reps; ++r) {
-        probes.push_back(probe.Run(w.size()));
+        probes.push_back(probe.Run(w_bytes));
         const double t0 = Now(), c0 = CpuNow();
-        const WeightMatrix m{*type, copies[(r + 1) % n_copies].data(), rows, cols, row_bytes};
+        const WeightMatrix m{.type = *type, .data = copies[(r + 1) % n_copies].data(), .rows = rows, .cols = cols, .row_stride = row_bytes, .packed = pack};
         tandem::cpu::MatMul(m, x.data(), n_tok, y.data(), scratch.data());
         cpu_times.push_back(CpuNow() - c0);
         times.push_back(Now() - t0);
@@ -208,11 +224,11 @@ int main(int argc, char** argv) {
       const double t = Median(times), bw = Median(probes);
       const double best = *std::min_element(times.begin(), times.end());
       const double best_bw = *std::max_element(probes.begin(), probes.end());
-      const double best_gbs = static_cast<double>(w.size()) / best * 1e-9;
+      const double best_gbs = static_cast<double>(w_bytes) / best * 1e-9;
       const double cpu_per_thread = Median(cpu_times) / omp_get_max_threads();
-      const double gbs = static_cast<double>(w.size()) / t * 1e-9;
+      const double gbs = static_cast<double>(w_bytes) / t * 1e-9;
       const double gflops = 2.0 * static_cast<double>(rows) * cols * n_tok / t * 1e-9;
-      std::printf("%-5s %5lld %9.3f %8.2f %9.1f %8.2f %6.1f%% | %9.3f %8.2f %8.2f %6.1f%% | %9.3f\n", name.c_str(),
+      std::printf("%-6s %5lld %9.3f %8.2f %9.1f %8.2f %6.1f%% | %9.3f %8.2f %8.2f %6.1f%% | %9.3f\n", label.c_str(),
                   static_cast<long long>(n_tok), t * 1e3, gbs, gflops, bw, 100.0 * gbs / bw, best * 1e3, best_gbs,
                   best_bw, 100.0 * best_gbs / best_bw, cpu_per_thread * 1e3);
       std::fflush(stdout);

@@ -409,6 +409,17 @@ GgufFile::~GgufFile() {
   if (mapped_ && base_ != nullptr) munmap(const_cast<uint8_t*>(base_), size_);
 }
 
+void GgufFile::ReleasePages(const void* p, size_t n) const {
+  const auto begin = reinterpret_cast<uintptr_t>(p);
+  const auto lo = reinterpret_cast<uintptr_t>(base_);
+  if (!mapped_ || begin < lo || begin + n > lo + size_ || n == 0) return;
+  // Only whole pages inside the range: the neighbours' bytes on the edge pages stay.
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t first = (begin + page - 1) / page * page;
+  const uintptr_t last = (begin + n) / page * page;
+  if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
+
 absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return absl::NotFoundError(Cat(path, ": cannot open: ", std::strerror(errno)));

@@ -82,6 +82,9 @@ class GgufFile {
   // Pointer to a tensor's bytes inside the mapping (valid for the file's lifetime).
   const uint8_t* TensorData(const GgufTensorInfo& t) const { return base_ + data_offset_ + t.offset; }
   const uint8_t* base() const { return base_; }
+  // Tells the kernel this process no longer needs the mapped pages inside [p, p + n) (a copy now serves the
+  // reads): they leave the resident set and are read back from the file if touched again. No-op when not mapped.
+  void ReleasePages(const void* p, size_t n) const;
 
  private:
   GgufFile() = default;

@@ -146,19 +146,6 @@ void DequantQ3_K(const void* src, float* y, int64_t n) {
   }
 }
 
-// Q4_K/Q5_K: 8 sub-blocks of 32, each with a 6-bit scale and a 6-bit min packed into 12 bytes. Bytes 0..3 hold
-// scales 0..3 and bytes 4..7 mins 0..3 in their low 6 bits; for sub-blocks 4..7 the low nibbles sit in bytes
-// 8..11 (scale low, min high) and the top 2 bits in the spare top bits of bytes 0..3 (scale) and 4..7 (min).
-void KScaleMin(const uint8_t* s, int j, int* scale, int* min) {
-  if (j < 4) {
-    *scale = s[j] & 63;
-    *min = s[j + 4] & 63;
-  } else {
-    *scale = (s[j + 4] & 0xF) | (s[j - 4] >> 6) << 4;
-    *min = (s[j + 4] >> 4) | (s[j] >> 6) << 4;
-  }
-}
-
 // Q4_K/Q5_K quant layout: in chunk c (64 elements), element 64c + l (l < 32) is the low nibble of qs[32c + l],
 // element 64c + 32 + l its high nibble. Q5_K's 5th bit of sub-block k (= e / 32) is bit k of qh[e % 32].
 int Q4KNibble(const uint8_t* qs, int e) {
@@ -268,6 +255,19 @@ float QuantizeBlock32(const float* x, int8_t* q) {
 }
 
 }  // namespace
+
+// Q4_K/Q5_K: 8 sub-blocks of 32, each with a 6-bit scale and a 6-bit min packed into 12 bytes. Bytes 0..3 hold
+// scales 0..3 and bytes 4..7 mins 0..3 in their low 6 bits; for sub-blocks 4..7 the low nibbles sit in bytes
+// 8..11 (scale low, min high) and the top 2 bits in the spare top bits of bytes 0..3 (scale) and 4..7 (min).
+void KScaleMin(const uint8_t* s, int j, int* scale, int* min) {
+  if (j < 4) {
+    *scale = s[j] & 63;
+    *min = s[j + 4] & 63;
+  } else {
+    *scale = (s[j + 4] & 0xF) | (s[j - 4] >> 6) << 4;
+    *min = (s[j + 4] >> 4) | (s[j] >> 6) << 4;
+  }
+}
 
 void DequantizeRow(DType type, const void* src, float* dst, int64_t n) {
   const DequantFn fn = DequantFor(type);

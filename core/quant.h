@@ -31,6 +31,9 @@ void QuantizeRowQ8_1(const float* x, BlockQ8_1* y, int64_t n);
 // q = min(127, round(iscale * x)) with ties to even, d = 1 / iscale (F32), bsums = sums of groups of 16.
 void QuantizeRowQ8_K(const float* x, BlockQ8_K* y, int64_t n);
 
+// Q4_K/Q5_K: the 6-bit scale and min of sub-block j (0..7) from a block's 12 packed scale bytes.
+void KScaleMin(const uint8_t* scales, int j, int* scale, int* min);
+
 // The activation type a weight type's dot product runs against, as in llama.cpp's CPU backend:
 // F32 -> F32, F16 -> F16, BF16 -> BF16, Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 -> Q8_0 (Q8_1 for Q4_1/Q5_1),
 // K-quants -> Q8_K.

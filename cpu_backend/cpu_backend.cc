@@ -11,6 +11,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "core/status.h"
 #include "cpu_backend/kernels.h"
+#include "cpu_backend/repack.h"
 
 namespace tandem {
 namespace {
@@ -30,7 +31,8 @@ constexpr DType kMatMulTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DTyp
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(const CpuBackendOptions& options) : capacity_(options.capacity) {
+  explicit CpuBackend(const CpuBackendOptions& options)
+      : capacity_(options.capacity), repack_(ResolveRepack(options.repack)) {
     if (options.n_threads > 0) omp_set_num_threads(options.n_threads);
   }
 
@@ -83,6 +85,12 @@ class CpuBackend final : public Backend {
     return p;
   }
   void FreeHostPinned(void* p) override { std::free(p); }
+
+  absl::StatusOr<WeightMatrix> PrepareMatMulWeights(const WeightMatrix& m, std::string_view what) override {
+    if (!repack_ || !cpu::CanRepack(m)) return m;
+    TANDEM_ASSIGN_OR_RETURN(void* packed, Alloc(cpu::PackedBytes(m), Cat(what, " (repacked)")));
+    return cpu::Repack(m, packed);
+  }
 
   absl::Status ReserveWorkspace(const WorkspaceSpec& spec) override {
     size_t matmul_bytes = 0;
@@ -209,6 +217,7 @@ class CpuBackend final : public Backend {
   }
 
   const size_t capacity_;
+  const bool repack_;
   mutable std::mutex mu_;  // guards the accounting, events and the sticky error
   absl::flat_hash_map<void*, size_t> allocations_;
   size_t in_use_ = 0;
@@ -223,6 +232,16 @@ class CpuBackend final : public Backend {
 };
 
 }  // namespace
+
+bool ResolveRepack(Repack r) {
+  if (r == Repack::kAuto) {
+    if (const char* env = std::getenv("TANDEM_REPACK"); env != nullptr && *env != '\0') {
+      r = std::strcmp(env, "0") == 0 ? Repack::kOff : Repack::kOn;
+    }
+  }
+  if (r == Repack::kAuto) return cpu::ActiveIsa() == cpu::Isa::kAvx512;
+  return r == Repack::kOn;
+}
 
 std::unique_ptr<Backend> CreateCpuBackend(const CpuBackendOptions& options) {
   return std::make_unique<CpuBackend>(options);

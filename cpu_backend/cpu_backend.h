@@ -10,10 +10,19 @@
 
 namespace tandem {
 
+// Whether MatMul weights are repacked at load into the 16-row interleaved layout of cpu_backend/repack.h
+// (Q4_0, Q8_0, Q4_K). kAuto: where the AVX-512 VNNI kernels run (the portable packed kernel is slower than the
+// AVX2 GGUF-layout kernels). Env TANDEM_REPACK=0|1 overrides kAuto, so tests can force either path.
+enum class Repack { kAuto, kOff, kOn };
+
 struct CpuBackendOptions {
   int n_threads = 0;          // OpenMP threads for the kernels; 0 = OpenMP's default (all cores)
   size_t capacity = SIZE_MAX; // bytes Alloc may hand out in total (workspace included)
+  Repack repack = Repack::kAuto;
 };
+
+// kAuto resolved against the environment and the active ISA.
+bool ResolveRepack(Repack r);
 
 std::unique_ptr<Backend> CreateCpuBackend(const CpuBackendOptions& options);
 

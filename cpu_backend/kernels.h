@@ -18,6 +18,8 @@ struct WeightMatrix {
   int64_t rows = 0;        // outputs
   int64_t cols = 0;        // inputs (contiguous)
   size_t row_stride = 0;   // bytes between rows (RowBytes(type, cols) when packed)
+  // CPU only: the data is the 16-row interleaved copy of cpu_backend/repack.h, not GGUF rows (row_stride unused).
+  bool packed = false;
 };
 
 // ---- matmul.cc: y[t][r] = dot(W[r], x[t]) ----

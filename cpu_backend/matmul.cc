@@ -9,6 +9,7 @@
 #include "core/quant.h"
 #include "core/status.h"
 #include "cpu_backend/kernels.h"
+#include "cpu_backend/repack.h"
 #include "cpu_backend/vec_dot.h"
 
 namespace tandem::cpu {
@@ -130,10 +131,56 @@ constexpr size_t kChunkBytesPrefill = 256 << 10;
 // Below this many multiply-adds a parallel region costs more than it saves.
 constexpr int64_t kMinParallelWork = 1 << 16;
 
+size_t PackedActRowStride(int64_t cols) {
+  return (internal::PackedActRowBytes(cols) + kActRowAlign - 1) / kActRowAlign * kActRowAlign;
+}
+
+// Packed weights (repack.h): row groups of 16 split across threads in chunks that stay in L2 while the token
+// tiles pass over them.
+void PackedMatMul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y, void* scratch) {
+  const Isa isa = ActiveIsa();
+  internal::PackedKernelFn kernel = isa == Isa::kAvx512 ? internal::Avx512PackedKernel(w.type) : nullptr;
+  if (kernel == nullptr) kernel = internal::ScalarPackedKernel(w.type);
+  TANDEM_CHECK(kernel != nullptr && scratch != nullptr && w.rows % kPackRows == 0);
+  const int64_t nb = w.cols / Traits(w.type).block_elems;
+  const size_t group_bytes = static_cast<size_t>(nb) * internal::PackedBlockBytes(w.type);
+  const int64_t n_groups = w.rows / kPackRows;
+  const size_t x_stride = PackedActRowStride(w.cols);
+  const auto* wbase = static_cast<const uint8_t*>(w.data);
+  auto* xq = static_cast<uint8_t*>(scratch);
+
+  const int64_t work = w.rows * w.cols * n_tok;
+  const int n_threads = work >= kMinParallelWork ? omp_get_max_threads() : 1;
+  int64_t chunk = std::max<int64_t>(1, n_groups / (static_cast<int64_t>(n_threads) * 8));
+  if (n_tok > 1) chunk = std::min<int64_t>(chunk, std::max<size_t>(1, kChunkBytesPrefill / group_bytes));
+  const int64_t n_chunks = (n_groups + chunk - 1) / chunk;
+
+#pragma omp parallel num_threads(n_threads)
+  {
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < n_tok; ++t) {
+      internal::QuantizePackedActRow(w.type, x + t * w.cols, xq + static_cast<size_t>(t) * x_stride, w.cols, isa);
+    }
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t c = 0; c < n_chunks; ++c) {
+      const int64_t g1 = std::min(n_groups, (c + 1) * chunk);
+      for (int64_t t0 = 0; t0 < n_tok; t0 += internal::kPackedTokTile) {
+        const int n_x = static_cast<int>(std::min<int64_t>(internal::kPackedTokTile, n_tok - t0));
+        for (int64_t g = c * chunk; g < g1; ++g) {
+          kernel(wbase + static_cast<size_t>(g) * group_bytes, nb, xq + static_cast<size_t>(t0) * x_stride,
+                 x_stride, n_x, y + t0 * w.rows + g * kPackRows, static_cast<size_t>(w.rows));
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 size_t MatMulScratchBytes(DType wtype, int64_t cols, int64_t n_tok) {
-  return ActRowStride(wtype, cols) * static_cast<size_t>(n_tok);
+  size_t stride = ActRowStride(wtype, cols);
+  if (internal::PackedBlockBytes(wtype) > 0) stride = std::max(stride, PackedActRowStride(cols));
+  return stride * static_cast<size_t>(n_tok);
 }
 
 void MatMul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y, void* scratch) {
@@ -144,6 +191,10 @@ void MatMul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y, void
   const size_t w_stride = w.row_stride == 0 ? row_bytes : w.row_stride;
   TANDEM_CHECK(w_stride >= row_bytes);
   if (w.rows == 0 || n_tok == 0) return;
+  if (w.packed) {
+    PackedMatMul(w, x, n_tok, y, scratch);
+    return;
+  }
 
   const Isa isa = ActiveIsa();
   const internal::VecDotFn dot = internal::PickVecDot(w.type, isa);

@@ -51,6 +51,8 @@ inline int64_t NibbleHalfOffset(int64_t nb, int64_t b, int h) {
 }
 }  // namespace
 
+// Converts one float row to vec-dot type `vdt` in the layout above, less the nibble-order reordering and c array.
+void ConvertActivationRow(DType vdt, const float* x, void* dst, int64_t n, Isa isa);
 // Bytes of one activation row of n elements for weights of type `wtype` (0 for F32).
 size_t ActivationRowBytes(DType wtype, int64_t n);
 // Converts one float row into the layout above for weights of type `wtype` (not for F32). Uses SIMD when `isa`

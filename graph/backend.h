@@ -54,6 +54,12 @@ class Backend {
   // Host memory the device can copy from quickly (pinned). Not counted against capacity.
   virtual absl::StatusOr<void*> AllocHostPinned(size_t bytes) = 0;
   virtual void FreeHostPinned(void* p) = 0;
+  // The form of a MatMul weight this backend computes fastest with, made once at load from `m` (which stays valid,
+  // for copies to other devices). The default is `m` itself; the CPU repacks some quantized types (repack.h) into
+  // memory it allocates and frees with the backend.
+  virtual absl::StatusOr<WeightMatrix> PrepareMatMulWeights(const WeightMatrix& m, std::string_view what) {
+    return m;
+  }
   // Scratch for the kernels, sized once. Call before any compute.
   virtual absl::Status ReserveWorkspace(const WorkspaceSpec& spec) = 0;
 

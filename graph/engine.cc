@@ -25,7 +25,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& opts) 
   if (opts.n_batch < 1) return InvalidArgument("batch size must be at least 1, got ", opts.n_batch);
   e->n_batch_ = std::min(opts.n_batch, e->n_ctx_);
 
-  e->cpu_ = CreateCpuBackend(CpuBackendOptions{.n_threads = opts.n_threads});
+  e->cpu_ = CreateCpuBackend(CpuBackendOptions{.n_threads = opts.n_threads, .repack = opts.repack});
   TANDEM_ASSIGN_OR_RETURN(DeviceSetup dev,
                           SetupDevice(opts.device, DeviceSetupOptions{
                                                        .n_threads = opts.n_threads,

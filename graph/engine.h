@@ -12,6 +12,7 @@
 #include "core/tokenizer.h"
 #include "graph/backend.h"
 #include "graph/executor.h"
+#include "cpu_backend/cpu_backend.h"
 #include "graph/numa_plan.h"
 #include "core/topology.h"
 #include "graph/placement.h"
@@ -30,6 +31,7 @@ struct EngineOptions {
   int n_batch = 512;                  // prefill batch
   int n_threads = 0;                  // 0: one per core
   std::string numa = "auto";          // auto|off|interleave|shard
+  Repack repack = Repack::kAuto;      // the CPU's MatMul weight layout (cpu_backend/cpu_backend.h)
   DType kv_type = DType::kF16;
   ExecutorOptions::DumpFn dump;       // named intermediates, for debugging and tests
   ExecutorOptions::ProgressFn progress;

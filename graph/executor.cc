@@ -46,6 +46,7 @@ struct UnitWeights {
 struct Unit {
   const UnitPlan* plan = nullptr;
   UnitWeights host;       // views into the mmap
+  UnitWeights cpu_view;   // what the CPU computes with: host, with MatMul weights in the CPU's own layout
   UnitWeights resident;   // views into VRAM (when resident)
   UnitWeights staged[2];  // views into the two staging buffers (when streamed)
   std::vector<size_t> offsets;  // packed offset of each matrix, in ForEach order
@@ -76,6 +77,7 @@ struct Executor::Impl {
   std::vector<void*> gpu_allocs;
   std::vector<void*> cpu_allocs;
   std::vector<size_t> streamed[2];  // per phase: indices of the streamed units, in order; slot = rank % 2
+  const void* embd_data = nullptr;  // token_embd in the mmap: row lookups read it there, so it stays mapped
 
   ~Impl() {
     if (gpu != nullptr) {
@@ -97,6 +99,8 @@ struct Executor::Impl {
   }
 
   absl::Status BuildUnits(const Plan& plan, const ModelWeights& w);
+  absl::Status PrepareCpuWeights(Unit& u);
+  void ReleaseHostPages(const Unit& u, const UnitWeights& kept);
   absl::Status Load(ExecutorStats& stats);
   absl::Status AllocateState();
 };
@@ -110,6 +114,7 @@ absl::Status Executor::Impl::BuildUnits(const Plan& plan, const ModelWeights& w)
     switch (up.kind) {
       case UnitKind::kEmbd:
         u.host.first = w.token_embd;
+        embd_data = w.token_embd.data;
         break;
       case UnitKind::kOutput:
         u.host.first = w.output_norm;
@@ -173,11 +178,7 @@ static UnitWeights Relocate(const Unit& u, void* base) {
 
 absl::Status Executor::Impl::Load(ExecutorStats& stats) {
   uint64_t total = 0, done = 0;
-  for (const Unit& u : units) {
-    if (u.plan->resident() || u.plan->prefill == Placement::kStream || u.plan->decode == Placement::kStream) {
-      total += u.packed_bytes;
-    }
-  }
+  for (const Unit& u : units) total += u.packed_bytes;
   size_t max_streamed = 0;
   for (Unit& u : units) {
     const bool is_streamed = u.plan->prefill == Placement::kStream || u.plan->decode == Placement::kStream;
@@ -205,10 +206,12 @@ absl::Status Executor::Impl::Load(ExecutorStats& stats) {
       });
       max_streamed = std::max(max_streamed, u.packed_bytes);
     }
-    if (u.plan->resident() || is_streamed) {
-      done += u.packed_bytes;
-      if (opts.progress) opts.progress(done, total);
-    }
+    const bool on_cpu = u.plan->prefill == Placement::kCpu || u.plan->decode == Placement::kCpu;
+    if (on_cpu) TANDEM_RETURN_IF_ERROR(PrepareCpuWeights(u));
+    // Once copied to VRAM, pinned RAM or the CPU's own layout, the mapped pages only cost resident memory.
+    ReleaseHostPages(u, on_cpu ? u.cpu_view : UnitWeights{});
+    done += u.packed_bytes;
+    if (opts.progress) opts.progress(done, total);
   }
   if (max_streamed > 0) {
     for (int s = 0; s < 2; ++s) {
@@ -222,6 +225,38 @@ absl::Status Executor::Impl::Load(ExecutorStats& stats) {
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status Executor::Impl::PrepareCpuWeights(Unit& u) {
+  u.cpu_view = u.host;
+  if (u.plan->kind == UnitKind::kEmbd) return absl::OkStatus();  // a row lookup, not a MatMul
+  absl::Status st;
+  u.cpu_view.ForEach([&](WeightMatrix& m) {
+    if (!st.ok()) return;
+    absl::StatusOr<WeightMatrix> prepared = cpu->PrepareMatMulWeights(m, u.plan->name);
+    if (!prepared.ok()) {
+      st = prepared.status();
+      return;
+    }
+    if (prepared->data != m.data) cpu_allocs.push_back(const_cast<void*>(prepared->data));
+    m = *prepared;
+  });
+  return st;
+}
+
+// Releases the mapped pages of every matrix of u that `kept` (the CPU's view, or nothing) does not read from the
+// mapping. token_embd stays: the CPU's row lookups read it there.
+void Executor::Impl::ReleaseHostPages(const Unit& u, const UnitWeights& kept) {
+  std::vector<const void*> still_read;
+  UnitWeights k = kept;
+  k.kind = u.host.kind;
+  k.ForEach([&](WeightMatrix& m) { still_read.push_back(m.data); });
+  UnitWeights h = u.host;
+  h.ForEach([&](WeightMatrix& m) {
+    if (m.data == nullptr || m.data == embd_data) return;
+    if (std::find(still_read.begin(), still_read.end(), m.data) != still_read.end()) return;
+    file->ReleasePages(m.data, MatrixBytes(m));
+  });
 }
 
 absl::Status Executor::Impl::AllocateState() {
@@ -369,7 +404,7 @@ absl::Status Executor::Forward(std::span<const int32_t> tokens, int64_t pos0, in
     const Side side = SideOf(p);
     Backend& be = side == Side::kCpu ? *m.cpu : *m.gpu;
     Activations& act = side == Side::kCpu ? m.cpu_act : m.gpu_act;
-    const UnitWeights* w = &u.host;
+    const UnitWeights* w = &u.cpu_view;
     int slot = -1;
     if (p == Placement::kGpu) {
       w = &u.resident;

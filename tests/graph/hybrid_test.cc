@@ -71,6 +71,9 @@ absl::StatusOr<RunResult> RunModel(const ModelCase& m, EngineOptions eo) {
   eo.n_ctx = 64;
   eo.n_batch = 64;
   eo.kv_type = DType::kF32;
+  // The sim GPU computes with the CPU's GGUF-layout kernels; the CPU side uses the same layout so that every plan
+  // gives bit-identical answers. (A real device computes in its own order anyway, so there the CPU repacks.)
+  if (std::getenv("TANDEM_TEST_DEVICE") == nullptr) eo.repack = Repack::kOff;
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Engine> e, Engine::Open(eo));
   const int n_vocab = e->config().n_vocab;
   const std::vector<int32_t>& prompt = Prompt();

@@ -1,0 +1,170 @@
+// AVX-512 VNNI kernels over the packed layout (repack.h). One 512-bit register holds 4 quants of 16 rows, so one
+// vpdpbusd against a broadcast group of 4 activation bytes advances 16 rows; the unpacked weights of a block
+// stay in registers while up to kPackedTokTile tokens pass over them. Integer sums are exact; the float steps
+// follow llama.cpp's (per block for Q4_0/Q8_0, per super-block for Q4_K).
+// GCC 12's AVX-512 headers build some results from a deliberately uninitialized register; see vec_dot_avx512.cc.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include "cpu_backend/repack.h"
+
+namespace tandem::cpu::internal {
+namespace {
+
+struct ActRows {
+  const uint8_t* base;  // token 0's row
+  size_t stride;
+  int64_t n;
+  const int8_t* qs(int t) const { return reinterpret_cast<const int8_t*>(base + t * stride); }
+  const float* d(int t) const { return reinterpret_cast<const float*>(base + t * stride + n); }
+  const int32_t* aux(int t) const { return reinterpret_cast<const int32_t*>(d(t) + n / 32); }
+};
+
+inline __m512i Bcast4(const int8_t* p) {
+  int32_t v;
+  __builtin_memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+// q[i] holds quants 4i..4i+3 of 16 rows; the sum starts from `init` (the offset correction). With few tokens
+// in flight the dependent chain of 8 dot products would set the pace, so it is split in two.
+template <int NX>
+inline __m512i DotBlock32(const __m512i q[8], const int8_t* xq, __m512i init) {
+  if constexpr (NX <= 2) {
+    __m512i s0 = init, s1 = _mm512_setzero_si512();
+    for (int i = 0; i < 8; i += 2) {
+      s0 = _mm512_dpbusd_epi32(s0, q[i], Bcast4(xq + 4 * i));
+      s1 = _mm512_dpbusd_epi32(s1, q[i + 1], Bcast4(xq + 4 * i + 4));
+    }
+    return _mm512_add_epi32(s0, s1);
+  } else {
+    __m512i s = init;
+    for (int i = 0; i < 8; ++i) s = _mm512_dpbusd_epi32(s, q[i], Bcast4(xq + 4 * i));
+    return s;
+  }
+}
+
+// Q4_0 registers: v[j] low nibbles are quants 4j.., high nibbles 16 + 4j..
+inline void UnpackNibbles(const uint8_t* qs, __m512i q[8]) {
+  const __m512i low = _mm512_set1_epi8(0x0F);
+  for (int j = 0; j < 4; ++j) {
+    const __m512i v = _mm512_loadu_si512(qs + 64 * j);
+    q[j] = _mm512_and_si512(v, low);
+    q[j + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+  }
+}
+
+template <bool kNibbles, int NX>
+void Block32Kernel(const uint8_t* group, int64_t nb, const uint8_t* x, size_t x_stride, float* y, size_t y_stride) {
+  constexpr size_t kBlockBytes = kNibbles ? 288 : 544;
+  const ActRows a{x, x_stride, 32 * nb};
+  __m512 acc[NX];
+  for (int t = 0; t < NX; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = group + b * kBlockBytes;
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
+    __m512i q[8];
+    if constexpr (kNibbles) {
+      UnpackNibbles(blk + 32, q);
+    } else {
+      for (int i = 0; i < 8; ++i) q[i] = _mm512_loadu_si512(blk + 32 + 64 * i);
+    }
+    for (int t = 0; t < NX; ++t) {
+      const __m512i s = DotBlock32<NX>(q, a.qs(t) + 32 * b, _mm512_set1_epi32(a.aux(t)[b]));
+      const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(a.d(t)[b]));
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), scale, acc[t]);
+    }
+  }
+  for (int t = 0; t < NX; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
+}
+
+template <int NX>
+void Q4KKernel(const uint8_t* group, int64_t nb, const uint8_t* x, size_t x_stride, float* y, size_t y_stride) {
+  const ActRows a{x, x_stride, 256 * nb};
+  __m512 acc[NX];
+  for (int t = 0; t < NX; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t s = 0; s < nb; ++s) {
+    const uint8_t* blk = group + s * 2368;
+    const uint8_t* sc = blk + 64;
+    const uint8_t* m = sc + 128;
+    const uint8_t* qs = m + 128;
+    __m512i isum[NX];
+    for (int t = 0; t < NX; ++t) isum[t] = _mm512_setzero_si512();
+    for (int j = 0; j < 8; ++j) {
+      const __m512i scale = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + 16 * j)));
+      __m512i q[8];
+      UnpackNibbles(qs + 256 * j, q);
+      for (int t = 0; t < NX; ++t) {
+        const __m512i sub = DotBlock32<NX>(q, a.qs(t) + 256 * s + 32 * j, _mm512_setzero_si512());
+        isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(sub, scale));
+      }
+    }
+    // Mins: pairs of int16 (m of sub-blocks 2p, 2p + 1) against the pairs of sub-block sums.
+    __m512i mins[4];
+    for (int p = 0; p < 4; ++p) {
+      mins[p] = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(m + 32 * p)));
+    }
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
+    const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32)));
+    for (int t = 0; t < NX; ++t) {
+      const int32_t* pairs = a.aux(t) + 4 * s;
+      __m512i msum = _mm512_setzero_si512();
+      for (int p = 0; p < 4; ++p) msum = _mm512_dpwssd_epi32(msum, mins[p], _mm512_set1_epi32(pairs[p]));
+      // As llama.cpp rounds it: the scale products first, then each integer sum against its own.
+      const __m512 da = _mm512_set1_ps(a.d(t)[s]);
+      acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, da), _mm512_cvtepi32_ps(isum[t]), acc[t]);
+      acc[t] = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, da), _mm512_cvtepi32_ps(msum), acc[t]);
+    }
+  }
+  for (int t = 0; t < NX; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
+}
+
+// Dispatch on the token count so each tile's accumulators live in registers.
+template <template <int> class K>
+void ByTokens(const uint8_t* group, int64_t nb, const uint8_t* x, size_t x_stride, int n_x, float* y,
+              size_t y_stride) {
+  switch (n_x) {
+    case 1: K<1>::Run(group, nb, x, x_stride, y, y_stride); return;
+    case 2: K<2>::Run(group, nb, x, x_stride, y, y_stride); return;
+    case 3: K<3>::Run(group, nb, x, x_stride, y, y_stride); return;
+    case 4: K<4>::Run(group, nb, x, x_stride, y, y_stride); return;
+    case 5: K<5>::Run(group, nb, x, x_stride, y, y_stride); return;
+    case 6: K<6>::Run(group, nb, x, x_stride, y, y_stride); return;
+    case 7: K<7>::Run(group, nb, x, x_stride, y, y_stride); return;
+    default: K<8>::Run(group, nb, x, x_stride, y, y_stride); return;
+  }
+}
+static_assert(kPackedTokTile == 8);
+
+template <int NX>
+struct Q4_0Tile {
+  static void Run(const uint8_t* g, int64_t nb, const uint8_t* x, size_t xs, float* y, size_t ys) {
+    Block32Kernel<true, NX>(g, nb, x, xs, y, ys);
+  }
+};
+template <int NX>
+struct Q8_0Tile {
+  static void Run(const uint8_t* g, int64_t nb, const uint8_t* x, size_t xs, float* y, size_t ys) {
+    Block32Kernel<false, NX>(g, nb, x, xs, y, ys);
+  }
+};
+template <int NX>
+struct Q4KTile {
+  static void Run(const uint8_t* g, int64_t nb, const uint8_t* x, size_t xs, float* y, size_t ys) {
+    Q4KKernel<NX>(g, nb, x, xs, y, ys);
+  }
+};
+
+}  // namespace
+
+PackedKernelFn Avx512PackedKernel(DType wtype) {
+  switch (wtype) {
+    case DType::kQ4_0: return ByTokens<Q4_0Tile>;
+    case DType::kQ8_0: return ByTokens<Q8_0Tile>;
+    case DType::kQ4_K: return ByTokens<Q4KTile>;
+    default: return nullptr;
+  }
+}
+
+}  // namespace tandem::cpu::internal

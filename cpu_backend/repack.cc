@@ -1,0 +1,162 @@
+// Repacking GGUF rows into 16-row interleaved groups, and the activation rows the packed kernels read.
+// Layouts: repack.h.
+#include "cpu_backend/repack.h"
+
+#include <omp.h>
+
+#include <cstring>
+
+#include "core/quant.h"
+#include "core/status.h"
+#include "cpu_backend/vec_dot.h"
+
+namespace tandem::cpu {
+namespace internal {
+
+size_t PackedBlockBytes(DType type) {
+  switch (type) {
+    case DType::kQ4_0: return 32 + 256;
+    case DType::kQ8_0: return 32 + 512;
+    case DType::kQ4_K: return 64 + 128 + 128 + 2048;
+    default: return 0;
+  }
+}
+
+namespace {
+
+// One block (super-block for Q4_K) of 16 rows: rows[r] points at row r's GGUF block.
+void PackBlockQ4_0(const uint8_t* const* rows, uint8_t* out) {
+  auto* d = reinterpret_cast<f16_t*>(out);
+  uint8_t* qs = out + 32;
+  for (int r = 0; r < kPackRows; ++r) {
+    const auto* b = reinterpret_cast<const BlockQ4_0*>(rows[r]);
+    d[r] = b->d;
+    for (int j = 0; j < 4; ++j) std::memcpy(qs + 64 * j + 4 * r, b->qs + 4 * j, 4);
+  }
+}
+
+void PackBlockQ8_0(const uint8_t* const* rows, uint8_t* out) {
+  auto* d = reinterpret_cast<f16_t*>(out);
+  uint8_t* qs = out + 32;
+  for (int r = 0; r < kPackRows; ++r) {
+    const auto* b = reinterpret_cast<const BlockQ8_0*>(rows[r]);
+    d[r] = b->d;
+    for (int k = 0; k < 32; ++k) {
+      qs[64 * (k / 4) + 4 * r + k % 4] = static_cast<uint8_t>(static_cast<int>(b->qs[k]) + 128);
+    }
+  }
+}
+
+void PackBlockQ4_K(const uint8_t* const* rows, uint8_t* out) {
+  auto* d = reinterpret_cast<f16_t*>(out);
+  f16_t* dmin = d + 16;
+  uint8_t* sc = out + 64;
+  uint8_t* m = sc + 128;
+  uint8_t* qs = m + 128;
+  for (int r = 0; r < kPackRows; ++r) {
+    const auto* b = reinterpret_cast<const BlockQ4_K*>(rows[r]);
+    d[r] = b->d;
+    dmin[r] = b->dmin;
+    for (int j = 0; j < 8; ++j) {
+      int scale, min;
+      KScaleMin(b->scales, j, &scale, &min);
+      sc[16 * j + r] = static_cast<uint8_t>(scale);
+      m[32 * (j / 2) + 2 * r + j % 2] = static_cast<uint8_t>(min);
+      // GGUF: sub-block j's quant e is the low (j even) or high (j odd) nibble of qs[32 * (j / 2) + e].
+      const uint8_t* src = b->qs + 32 * (j / 2);
+      const int shift = 4 * (j % 2);
+      for (int e = 0; e < 16; ++e) {
+        const int lo = (src[e] >> shift) & 0xF;
+        const int hi = (src[e + 16] >> shift) & 0xF;
+        qs[256 * j + 64 * (e / 4) + 4 * r + e % 4] = static_cast<uint8_t>(lo | hi << 4);
+      }
+    }
+  }
+}
+
+using PackBlockFn = void (*)(const uint8_t* const* rows, uint8_t* out);
+
+PackBlockFn PackBlockFor(DType type) {
+  switch (type) {
+    case DType::kQ4_0: return PackBlockQ4_0;
+    case DType::kQ8_0: return PackBlockQ8_0;
+    case DType::kQ4_K: return PackBlockQ4_K;
+    default: return nullptr;
+  }
+}
+
+}  // namespace
+
+size_t PackedActRowBytes(int64_t n) { return static_cast<size_t>(n) + 8 * static_cast<size_t>(n / 32); }
+
+void QuantizePackedActRow(DType wtype, const float* x, void* dst, int64_t n, Isa isa) {
+  auto* qs = static_cast<int8_t*>(dst);
+  auto* d = reinterpret_cast<float*>(qs + n);
+  auto* aux = reinterpret_cast<int32_t*>(d + n / 32);
+  if (wtype == DType::kQ4_K) {
+    auto* bsum32 = reinterpret_cast<int16_t*>(aux);
+    for (int64_t s = 0; s < n / 256; ++s) {
+      BlockQ8_K blk;
+      if (isa < Isa::kAvx2 || !Avx2QuantizeActivationRow(DType::kQ8_K, x + 256 * s, &blk, 256)) {
+        QuantizeRowQ8_K(x + 256 * s, &blk, 256);
+      }
+      std::memcpy(qs + 256 * s, blk.qs, 256);
+      d[s] = blk.d;
+      for (int j = 0; j < 8; ++j) {
+        bsum32[8 * s + j] = static_cast<int16_t>(blk.bsums[2 * j] + blk.bsums[2 * j + 1]);
+      }
+    }
+    return;
+  }
+  TANDEM_CHECK(wtype == DType::kQ4_0 || wtype == DType::kQ8_0);
+  // Quants and scales land where the Q8_0 activation layout of vec_dot.h puts them; its s array becomes aux.
+  ConvertActivationRow(DType::kQ8_0, x, dst, n, isa);
+  const int offset = wtype == DType::kQ4_0 ? 8 : 128;
+  for (int64_t b = 0; b < n / 32; ++b) {
+    int sum = 0;
+    for (int k = 0; k < 32; ++k) sum += qs[32 * b + k];
+    aux[b] = -offset * sum;
+  }
+}
+
+}  // namespace internal
+
+bool CanRepack(const WeightMatrix& w) {
+  return !w.packed && internal::PackedBlockBytes(w.type) > 0 && w.rows % kPackRows == 0 && w.rows > 0 &&
+         w.cols % Traits(w.type).block_elems == 0;
+}
+
+size_t PackedBytes(const WeightMatrix& w) {
+  TANDEM_CHECK(CanRepack(w));
+  const int64_t nb = w.cols / Traits(w.type).block_elems;
+  return static_cast<size_t>(w.rows / kPackRows) * static_cast<size_t>(nb) * internal::PackedBlockBytes(w.type);
+}
+
+WeightMatrix Repack(const WeightMatrix& w, void* dst) {
+  TANDEM_CHECK(CanRepack(w));
+  const internal::PackBlockFn pack = internal::PackBlockFor(w.type);
+  const size_t block_bytes = Traits(w.type).block_bytes;
+  const size_t packed_block = internal::PackedBlockBytes(w.type);
+  const int64_t nb = w.cols / Traits(w.type).block_elems;
+  const size_t stride = w.row_stride == 0 ? RowBytes(w.type, w.cols) : w.row_stride;
+  const auto* src = static_cast<const uint8_t*>(w.data);
+  auto* out = static_cast<uint8_t*>(dst);
+  const int64_t n_groups = w.rows / kPackRows;
+#pragma omp parallel for schedule(static)
+  for (int64_t g = 0; g < n_groups; ++g) {
+    const uint8_t* rows[kPackRows];
+    for (int64_t b = 0; b < nb; ++b) {
+      for (int r = 0; r < kPackRows; ++r) {
+        rows[r] = src + static_cast<size_t>(g * kPackRows + r) * stride + static_cast<size_t>(b) * block_bytes;
+      }
+      pack(rows, out + (static_cast<size_t>(g) * static_cast<size_t>(nb) + static_cast<size_t>(b)) * packed_block);
+    }
+  }
+  WeightMatrix packed = w;
+  packed.data = dst;
+  packed.row_stride = 0;
+  packed.packed = true;
+  return packed;
+}
+
+}  // namespace tandem::cpu

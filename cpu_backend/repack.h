@@ -1,0 +1,64 @@
+// Repacked weights: 16 rows interleaved block by block, so that one 512-bit register holds the same 4 quants of
+// 16 rows and one VNNI dot-product instruction (vpdpbusd: unsigned weight bytes times signed activation bytes)
+// advances 16 output rows at once against a broadcast group of 4 activations. The CPU backend makes this copy
+// of the matrices it computes with at load (CpuBackend::PrepareMatMulWeights); the original GGUF bytes stay
+// what the GPU and the file see. Values are exactly those of the GGUF blocks; only the order differs.
+//
+// A packed matrix is rows / 16 groups, one after another; a group is its blocks in column order:
+//   Q4_0, per block of 32 (288 bytes, as 16 GGUF blocks):
+//     f16 d[16]                 the rows' scales
+//     u8  qs[4][16][4]          register j, row r, byte i = the row's GGUF qs[4j + i]: low nibble quant 4j + i,
+//                               high nibble quant 16 + 4j + i (unsigned, value = d * (q - 8))
+//   Q8_0, per block of 32 (544 bytes, as 16 GGUF blocks):
+//     f16 d[16]
+//     u8  qs[8][16][4]          register j, row r, byte i = quant 4j + i + 128 (value = d * (qs - 128))
+//   Q4_K, per super-block of 256 (2368 bytes; 16 GGUF blocks take 2304):
+//     f16 d[16], dmin[16]
+//     u8  sc[8][16]             sub-block j's 6-bit scale, row r
+//     u8  m[4][16][2]           pair p, row r: the mins of sub-blocks 2p and 2p + 1
+//     u8  qs[8][4][16][4]       sub-block j, then as Q4_0's qs: low nibble quant 4c + i, high 16 + 4c + i
+//                               (value = d * sc * q - dmin * m)
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "cpu_backend/kernels.h"
+
+namespace tandem::cpu {
+
+constexpr int kPackRows = 16;
+
+// True when `w` can be repacked: a supported type and rows a multiple of 16.
+bool CanRepack(const WeightMatrix& w);
+// Bytes of the packed copy of `w` (CanRepack(w) must hold).
+size_t PackedBytes(const WeightMatrix& w);
+// Writes the packed copy of `w` to dst (PackedBytes(w) bytes) and returns its view (packed = true). Threads with
+// OpenMP over row groups.
+WeightMatrix Repack(const WeightMatrix& w, void* dst);
+
+namespace internal {
+
+// Bytes of one packed group's block (Q4_0, Q8_0: a block of 32; Q4_K: a super-block of 256).
+size_t PackedBlockBytes(DType type);
+
+// ---- Activations for the packed kernels: one row per token, each at a 64-byte aligned stride ----
+//   int8  qs[n]        the llama.cpp activation quants (Q8_0 for Q4_0/Q8_0 weights, Q8_K for Q4_K)
+//   float d[n / 32]    Q8_0: per block; Q8_K: per super-block (the first n / 256 entries)
+//   int32 aux[n / 32]  Q4_0/Q8_0: -offset * sum(qs of the block), offset 8 or 128, so that a dot product of
+//                      the unsigned packed quants that starts from it lands on the signed result;
+//                      Q4_K: int16 sums of each sub-block of 32 (the first n / 32 int16s)
+size_t PackedActRowBytes(int64_t n);
+void QuantizePackedActRow(DType wtype, const float* x, void* dst, int64_t n, Isa isa);
+
+// One group of 16 rows against n_x (1..kPackedTokTile) activation rows: y[t * y_stride + r] for r < 16.
+// nb counts the type's blocks (super-blocks for Q4_K) in a row.
+constexpr int kPackedTokTile = 8;
+using PackedKernelFn = void (*)(const uint8_t* group, int64_t nb, const uint8_t* x, size_t x_stride, int n_x,
+                                float* y, size_t y_stride);
+PackedKernelFn ScalarPackedKernel(DType wtype);
+PackedKernelFn Avx512PackedKernel(DType wtype);  // call only when DetectedIsa() == kAvx512
+
+}  // namespace internal
+}  // namespace tandem::cpu
