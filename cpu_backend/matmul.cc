@@ -131,8 +131,9 @@ constexpr size_t kChunkBytesPrefill = 256 << 10;
 // Below this many multiply-adds a parallel region costs more than it saves.
 constexpr int64_t kMinParallelWork = 1 << 16;
 
-size_t PackedActRowStride(int64_t cols) {
-  return (internal::PackedActRowBytes(cols) + kActRowAlign - 1) / kActRowAlign * kActRowAlign;
+size_t PackedActScratchBytes(DType wtype, int64_t cols, int64_t n_tok) {
+  const int64_t tiles = (n_tok + internal::kPackedTokTile - 1) / internal::kPackedTokTile;
+  return static_cast<size_t>(tiles) * internal::PackedActTileBytes(wtype, cols);
 }
 
 // Packed weights (repack.h): row groups of 16 split across threads in chunks that stay in L2 while the token
@@ -145,7 +146,7 @@ void PackedMatMul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y
   const int64_t nb = w.cols / Traits(w.type).block_elems;
   const size_t group_bytes = static_cast<size_t>(nb) * internal::PackedBlockBytes(w.type);
   const int64_t n_groups = w.rows / kPackRows;
-  const size_t x_stride = PackedActRowStride(w.cols);
+  const size_t tile_bytes = internal::PackedActTileBytes(w.type, w.cols);
   const auto* wbase = static_cast<const uint8_t*>(w.data);
   auto* xq = static_cast<uint8_t*>(scratch);
 
@@ -159,7 +160,9 @@ void PackedMatMul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y
   {
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < n_tok; ++t) {
-      internal::QuantizePackedActRow(w.type, x + t * w.cols, xq + static_cast<size_t>(t) * x_stride, w.cols, isa);
+      internal::QuantizePackedAct(w.type, x + t * w.cols, w.cols,
+                                  xq + static_cast<size_t>(t / internal::kPackedTokTile) * tile_bytes,
+                                  static_cast<int>(t % internal::kPackedTokTile), isa);
     }
 #pragma omp for schedule(dynamic, 1)
     for (int64_t c = 0; c < n_chunks; ++c) {
@@ -167,8 +170,9 @@ void PackedMatMul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y
       for (int64_t t0 = 0; t0 < n_tok; t0 += internal::kPackedTokTile) {
         const int n_x = static_cast<int>(std::min<int64_t>(internal::kPackedTokTile, n_tok - t0));
         for (int64_t g = c * chunk; g < g1; ++g) {
-          kernel(wbase + static_cast<size_t>(g) * group_bytes, nb, xq + static_cast<size_t>(t0) * x_stride,
-                 x_stride, n_x, y + t0 * w.rows + g * kPackRows, static_cast<size_t>(w.rows));
+          kernel(wbase + static_cast<size_t>(g) * group_bytes, nb,
+                 xq + static_cast<size_t>(t0 / internal::kPackedTokTile) * tile_bytes, n_x,
+                 y + t0 * w.rows + g * kPackRows, static_cast<size_t>(w.rows));
         }
       }
     }
@@ -178,9 +182,9 @@ void PackedMatMul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y
 }  // namespace
 
 size_t MatMulScratchBytes(DType wtype, int64_t cols, int64_t n_tok) {
-  size_t stride = ActRowStride(wtype, cols);
-  if (internal::PackedBlockBytes(wtype) > 0) stride = std::max(stride, PackedActRowStride(cols));
-  return stride * static_cast<size_t>(n_tok);
+  size_t bytes = ActRowStride(wtype, cols) * static_cast<size_t>(n_tok);
+  if (internal::PackedBlockBytes(wtype) > 0) bytes = std::max(bytes, PackedActScratchBytes(wtype, cols, n_tok));
+  return bytes;
 }
 
 void MatMul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y, void* scratch) {

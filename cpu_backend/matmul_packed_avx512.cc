@@ -7,19 +7,27 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
+#include <utility>
+
 #include "cpu_backend/repack.h"
 
 namespace tandem::cpu::internal {
 namespace {
 
-struct ActRows {
-  const uint8_t* base;  // token 0's row
-  size_t stride;
-  int64_t n;
-  const int8_t* qs(int t) const { return reinterpret_cast<const int8_t*>(base + t * stride); }
-  const float* d(int t) const { return reinterpret_cast<const float*>(base + t * stride + n); }
-  const int32_t* aux(int t) const { return reinterpret_cast<const int32_t*>(d(t) + n / 32); }
+// Offsets of token t's quants, scale and aux words within a unit of a tile (repack.h), as constants, so that one
+// address register serves the whole tile.
+template <int Q, int A>
+struct Unit {
+  static constexpr size_t kBytes = kPackedTokTile * (Q + 4 + 4 * A);
+  const uint8_t* p;
+  const int8_t* qs(int t) const { return reinterpret_cast<const int8_t*>(p + t * Q); }
+  float d(int t) const { return reinterpret_cast<const float*>(p + kPackedTokTile * Q)[t]; }
+  const int32_t* aux(int t) const {
+    return reinterpret_cast<const int32_t*>(p + kPackedTokTile * (Q + 4)) + A * t;
+  }
 };
+using Unit32 = Unit<32, 1>;
+using Unit256 = Unit<256, 4>;
 
 inline __m512i Bcast4(const int8_t* p) {
   int32_t v;
@@ -56,10 +64,10 @@ inline void UnpackNibbles(const uint8_t* qs, __m512i q[8]) {
 }
 
 template <bool kNibbles, int NX>
-void Block32Kernel(const uint8_t* group, int64_t nb, const uint8_t* x, size_t x_stride, float* y, size_t y_stride) {
+void Block32Kernel(const uint8_t* group, int64_t nb, const uint8_t* tile, float* y, size_t y_stride) {
   constexpr size_t kBlockBytes = kNibbles ? 288 : 544;
-  const ActRows a{x, x_stride, 32 * nb};
   __m512 acc[NX];
+#pragma GCC unroll 16
   for (int t = 0; t < NX; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = group + b * kBlockBytes;
@@ -70,33 +78,39 @@ void Block32Kernel(const uint8_t* group, int64_t nb, const uint8_t* x, size_t x_
     } else {
       for (int i = 0; i < 8; ++i) q[i] = _mm512_loadu_si512(blk + 32 + 64 * i);
     }
+    const Unit32 a{tile + b * Unit32::kBytes};
+#pragma GCC unroll 16
     for (int t = 0; t < NX; ++t) {
-      const __m512i s = DotBlock32<NX>(q, a.qs(t) + 32 * b, _mm512_set1_epi32(a.aux(t)[b]));
-      const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(a.d(t)[b]));
+      const __m512i s = DotBlock32<NX>(q, a.qs(t), _mm512_set1_epi32(*a.aux(t)));
+      const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(a.d(t)));
       acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), scale, acc[t]);
     }
   }
+#pragma GCC unroll 16
   for (int t = 0; t < NX; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
 }
 
 template <int NX>
-void Q4KKernel(const uint8_t* group, int64_t nb, const uint8_t* x, size_t x_stride, float* y, size_t y_stride) {
-  const ActRows a{x, x_stride, 256 * nb};
+void Q4KKernel(const uint8_t* group, int64_t nb, const uint8_t* tile, float* y, size_t y_stride) {
   __m512 acc[NX];
+#pragma GCC unroll 16
   for (int t = 0; t < NX; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t s = 0; s < nb; ++s) {
     const uint8_t* blk = group + s * 2368;
     const uint8_t* sc = blk + 64;
     const uint8_t* m = sc + 128;
     const uint8_t* qs = m + 128;
+    const Unit256 a{tile + s * Unit256::kBytes};
     __m512i isum[NX];
+#pragma GCC unroll 16
     for (int t = 0; t < NX; ++t) isum[t] = _mm512_setzero_si512();
     for (int j = 0; j < 8; ++j) {
       const __m512i scale = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + 16 * j)));
       __m512i q[8];
       UnpackNibbles(qs + 256 * j, q);
+#pragma GCC unroll 16
       for (int t = 0; t < NX; ++t) {
-        const __m512i sub = DotBlock32<NX>(q, a.qs(t) + 256 * s + 32 * j, _mm512_setzero_si512());
+        const __m512i sub = DotBlock32<NX>(q, a.qs(t) + 32 * j, _mm512_setzero_si512());
         isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(sub, scale));
       }
     }
@@ -107,52 +121,50 @@ void Q4KKernel(const uint8_t* group, int64_t nb, const uint8_t* x, size_t x_stri
     }
     const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
     const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32)));
+#pragma GCC unroll 16
     for (int t = 0; t < NX; ++t) {
-      const int32_t* pairs = a.aux(t) + 4 * s;
+      const int32_t* pairs = a.aux(t);
       __m512i msum = _mm512_setzero_si512();
       for (int p = 0; p < 4; ++p) msum = _mm512_dpwssd_epi32(msum, mins[p], _mm512_set1_epi32(pairs[p]));
       // As llama.cpp rounds it: the scale products first, then each integer sum against its own.
-      const __m512 da = _mm512_set1_ps(a.d(t)[s]);
+      const __m512 da = _mm512_set1_ps(a.d(t));
       acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, da), _mm512_cvtepi32_ps(isum[t]), acc[t]);
       acc[t] = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, da), _mm512_cvtepi32_ps(msum), acc[t]);
     }
   }
+#pragma GCC unroll 16
   for (int t = 0; t < NX; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
 }
 
 // Dispatch on the token count so each tile's accumulators live in registers.
-template <template <int> class K>
-void ByTokens(const uint8_t* group, int64_t nb, const uint8_t* x, size_t x_stride, int n_x, float* y,
-              size_t y_stride) {
-  switch (n_x) {
-    case 1: K<1>::Run(group, nb, x, x_stride, y, y_stride); return;
-    case 2: K<2>::Run(group, nb, x, x_stride, y, y_stride); return;
-    case 3: K<3>::Run(group, nb, x, x_stride, y, y_stride); return;
-    case 4: K<4>::Run(group, nb, x, x_stride, y, y_stride); return;
-    case 5: K<5>::Run(group, nb, x, x_stride, y, y_stride); return;
-    case 6: K<6>::Run(group, nb, x, x_stride, y, y_stride); return;
-    case 7: K<7>::Run(group, nb, x, x_stride, y, y_stride); return;
-    default: K<8>::Run(group, nb, x, x_stride, y, y_stride); return;
-  }
+template <template <int> class K, int... N>
+void ByTokensImpl(std::integer_sequence<int, N...>, const uint8_t* group, int64_t nb, const uint8_t* tile, int n_x,
+                  float* y, size_t y_stride) {
+  using Fn = void (*)(const uint8_t*, int64_t, const uint8_t*, float*, size_t);
+  static constexpr Fn kTable[] = {K<N + 1>::Run...};
+  kTable[n_x - 1](group, nb, tile, y, y_stride);
 }
-static_assert(kPackedTokTile == 8);
+template <template <int> class K>
+void ByTokens(const uint8_t* group, int64_t nb, const uint8_t* tile, int n_x, float* y, size_t y_stride) {
+  ByTokensImpl<K>(std::make_integer_sequence<int, kPackedTokTile>(), group, nb, tile, n_x, y, y_stride);
+}
 
 template <int NX>
 struct Q4_0Tile {
-  static void Run(const uint8_t* g, int64_t nb, const uint8_t* x, size_t xs, float* y, size_t ys) {
-    Block32Kernel<true, NX>(g, nb, x, xs, y, ys);
+  static void Run(const uint8_t* g, int64_t nb, const uint8_t* tile, float* y, size_t ys) {
+    Block32Kernel<true, NX>(g, nb, tile, y, ys);
   }
 };
 template <int NX>
 struct Q8_0Tile {
-  static void Run(const uint8_t* g, int64_t nb, const uint8_t* x, size_t xs, float* y, size_t ys) {
-    Block32Kernel<false, NX>(g, nb, x, xs, y, ys);
+  static void Run(const uint8_t* g, int64_t nb, const uint8_t* tile, float* y, size_t ys) {
+    Block32Kernel<false, NX>(g, nb, tile, y, ys);
   }
 };
 template <int NX>
 struct Q4KTile {
-  static void Run(const uint8_t* g, int64_t nb, const uint8_t* x, size_t xs, float* y, size_t ys) {
-    Q4KKernel<NX>(g, nb, x, xs, y, ys);
+  static void Run(const uint8_t* g, int64_t nb, const uint8_t* tile, float* y, size_t ys) {
+    Q4KKernel<NX>(g, nb, tile, y, ys);
   }
 };
 

@@ -7,32 +7,32 @@
 namespace tandem::cpu::internal {
 namespace {
 
-struct ActRow {
-  const int8_t* qs;
-  const float* d;
-  const int32_t* aux;
+// Token t's quants, scale and aux words in unit b of a tile (repack.h).
+struct TileView {
+  const uint8_t* tile;
+  PackedActUnit u;
+  const uint8_t* unit(int64_t b) const { return tile + static_cast<size_t>(b) * u.bytes; }
+  const int8_t* qs(int64_t b, int t) const { return reinterpret_cast<const int8_t*>(unit(b) + t * u.quants); }
+  float d(int64_t b, int t) const { return reinterpret_cast<const float*>(unit(b) + u.d_offset)[t]; }
+  const int32_t* aux(int64_t b, int t) const {
+    return reinterpret_cast<const int32_t*>(unit(b) + u.aux_offset + t * u.aux_bytes);
+  }
 };
-ActRow ViewActRow(const uint8_t* row, int64_t n) {
-  const auto* d = reinterpret_cast<const float*>(row + n);
-  return {reinterpret_cast<const int8_t*>(row), d, reinterpret_cast<const int32_t*>(d + n / 32)};
-}
 
 // Q4_0 and Q8_0: per block, sum over k of the unsigned packed quant times the activation, from aux.
 template <bool kNibbles>
-void PackedBlock32(const uint8_t* group, int64_t nb, const uint8_t* x, size_t x_stride, int n_x, float* y,
-                   size_t y_stride) {
+void PackedBlock32(const uint8_t* group, int64_t nb, const uint8_t* tile, int n_x, float* y, size_t y_stride) {
+  const TileView a{tile, PackedActUnitOf(kNibbles ? DType::kQ4_0 : DType::kQ8_0)};
   const size_t block_bytes = kNibbles ? 288 : 544;
-  const int64_t n = 32 * nb;
   for (int t = 0; t < n_x; ++t) {
-    const ActRow a = ViewActRow(x + t * x_stride, n);
     float acc[kPackRows] = {};
     for (int64_t b = 0; b < nb; ++b) {
       const uint8_t* blk = group + b * block_bytes;
       const auto* d = reinterpret_cast<const f16_t*>(blk);
       const uint8_t* qs = blk + 32;
-      const int8_t* xq = a.qs + 32 * b;
+      const int8_t* xq = a.qs(b, t);
       for (int r = 0; r < kPackRows; ++r) {
-        int32_t sum = a.aux[b];
+        int32_t sum = *a.aux(b, t);
         for (int k = 0; k < 32; ++k) {
           int q;
           if (kNibbles) {
@@ -43,19 +43,16 @@ void PackedBlock32(const uint8_t* group, int64_t nb, const uint8_t* x, size_t x_
           }
           sum += q * xq[k];
         }
-        acc[r] += static_cast<float>(sum) * (F16ToF32(d[r]) * a.d[b]);
+        acc[r] += static_cast<float>(sum) * (F16ToF32(d[r]) * a.d(b, t));
       }
     }
     std::memcpy(y + t * y_stride, acc, sizeof(acc));
   }
 }
 
-void PackedQ4_K(const uint8_t* group, int64_t nb, const uint8_t* x, size_t x_stride, int n_x, float* y,
-                size_t y_stride) {
-  const int64_t n = 256 * nb;
+void PackedQ4_K(const uint8_t* group, int64_t nb, const uint8_t* tile, int n_x, float* y, size_t y_stride) {
+  const TileView a{tile, PackedActUnitOf(DType::kQ4_K)};
   for (int t = 0; t < n_x; ++t) {
-    const ActRow a = ViewActRow(x + t * x_stride, n);
-    const auto* bsum32 = reinterpret_cast<const int16_t*>(a.aux);
     float acc[kPackRows] = {};
     for (int64_t s = 0; s < nb; ++s) {
       const uint8_t* blk = group + s * 2368;
@@ -64,7 +61,10 @@ void PackedQ4_K(const uint8_t* group, int64_t nb, const uint8_t* x, size_t x_str
       const uint8_t* sc = blk + 64;
       const uint8_t* m = sc + 128;
       const uint8_t* qs = m + 128;
-      const int8_t* xq = a.qs + 256 * s;
+      const int8_t* xq = a.qs(s, t);
+      int16_t bsum32[8];
+      std::memcpy(bsum32, a.aux(s, t), sizeof(bsum32));
+      const float da = a.d(s, t);
       for (int r = 0; r < kPackRows; ++r) {
         int32_t isum = 0, msum = 0;
         for (int j = 0; j < 8; ++j) {
@@ -74,9 +74,11 @@ void PackedQ4_K(const uint8_t* group, int64_t nb, const uint8_t* x, size_t x_str
             sub += (k < 16 ? (byte & 0xF) : (byte >> 4)) * xq[32 * j + k];
           }
           isum += sc[16 * j + r] * sub;
-          msum += m[32 * (j / 2) + 2 * r + j % 2] * bsum32[8 * s + j];
+          msum += m[32 * (j / 2) + 2 * r + j % 2] * bsum32[j];
         }
-        acc[r] += a.d[s] * (F16ToF32(d[r]) * static_cast<float>(isum) - F16ToF32(dmin[r]) * static_cast<float>(msum));
+        // The scale products first, then each integer sum against its own (the order llama.cpp rounds in).
+        acc[r] += F16ToF32(d[r]) * da * static_cast<float>(isum);
+        acc[r] -= F16ToF32(dmin[r]) * da * static_cast<float>(msum);
       }
     }
     std::memcpy(y + t * y_stride, acc, sizeof(acc));

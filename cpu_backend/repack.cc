@@ -87,35 +87,51 @@ PackBlockFn PackBlockFor(DType type) {
 
 }  // namespace
 
-size_t PackedActRowBytes(int64_t n) { return static_cast<size_t>(n) + 8 * static_cast<size_t>(n / 32); }
+PackedActUnit PackedActUnitOf(DType wtype) {
+  const int64_t q = wtype == DType::kQ4_K ? 256 : 32;
+  const size_t aux = wtype == DType::kQ4_K ? 16 : 4;
+  const size_t d_offset = kPackedTokTile * static_cast<size_t>(q);
+  const size_t aux_offset = d_offset + kPackedTokTile * sizeof(float);
+  return {q, d_offset, aux_offset, aux, aux_offset + kPackedTokTile * aux};
+}
 
-void QuantizePackedActRow(DType wtype, const float* x, void* dst, int64_t n, Isa isa) {
-  auto* qs = static_cast<int8_t*>(dst);
-  auto* d = reinterpret_cast<float*>(qs + n);
-  auto* aux = reinterpret_cast<int32_t*>(d + n / 32);
-  if (wtype == DType::kQ4_K) {
-    auto* bsum32 = reinterpret_cast<int16_t*>(aux);
-    for (int64_t s = 0; s < n / 256; ++s) {
+size_t PackedActTileBytes(DType wtype, int64_t n) {
+  const PackedActUnit u = PackedActUnitOf(wtype);
+  return static_cast<size_t>(n / u.quants) * u.bytes;
+}
+
+void QuantizePackedAct(DType wtype, const float* x, int64_t n, uint8_t* tile, int slot, Isa isa) {
+  const PackedActUnit u = PackedActUnitOf(wtype);
+  for (int64_t b = 0; b < n / u.quants; ++b) {
+    uint8_t* unit = tile + static_cast<size_t>(b) * u.bytes;
+    auto* qs = reinterpret_cast<int8_t*>(unit + slot * u.quants);
+    auto* d = reinterpret_cast<float*>(unit + u.d_offset) + slot;
+    auto* aux = reinterpret_cast<int32_t*>(unit + u.aux_offset + slot * u.aux_bytes);
+    if (wtype == DType::kQ4_K) {
       BlockQ8_K blk;
-      if (isa < Isa::kAvx2 || !Avx2QuantizeActivationRow(DType::kQ8_K, x + 256 * s, &blk, 256)) {
-        QuantizeRowQ8_K(x + 256 * s, &blk, 256);
+      if (isa < Isa::kAvx2 || !Avx2QuantizeActivationRow(DType::kQ8_K, x + 256 * b, &blk, 256)) {
+        QuantizeRowQ8_K(x + 256 * b, &blk, 256);
       }
-      std::memcpy(qs + 256 * s, blk.qs, 256);
-      d[s] = blk.d;
-      for (int j = 0; j < 8; ++j) {
-        bsum32[8 * s + j] = static_cast<int16_t>(blk.bsums[2 * j] + blk.bsums[2 * j + 1]);
-      }
+      std::memcpy(qs, blk.qs, 256);
+      *d = blk.d;
+      int16_t sums[8];
+      for (int j = 0; j < 8; ++j) sums[j] = static_cast<int16_t>(blk.bsums[2 * j] + blk.bsums[2 * j + 1]);
+      std::memcpy(aux, sums, sizeof(sums));
+      continue;
     }
-    return;
-  }
-  TANDEM_CHECK(wtype == DType::kQ4_0 || wtype == DType::kQ8_0);
-  // Quants and scales land where the Q8_0 activation layout of vec_dot.h puts them; its s array becomes aux.
-  ConvertActivationRow(DType::kQ8_0, x, dst, n, isa);
-  const int offset = wtype == DType::kQ4_0 ? 8 : 128;
-  for (int64_t b = 0; b < n / 32; ++b) {
+    TANDEM_CHECK(wtype == DType::kQ4_0 || wtype == DType::kQ8_0);
+    // One block through the vec_dot.h Q8_0 conversion: 32 quants, then the widened scale (and an unused s).
+    struct {
+      int8_t qs[32];
+      float d, s;
+    } blk;
+    static_assert(sizeof(blk) == 40);
+    ConvertActivationRow(DType::kQ8_0, x + 32 * b, &blk, 32, isa);
+    std::memcpy(qs, blk.qs, 32);
+    *d = blk.d;
     int sum = 0;
-    for (int k = 0; k < 32; ++k) sum += qs[32 * b + k];
-    aux[b] = -offset * sum;
+    for (int k = 0; k < 32; ++k) sum += blk.qs[k];
+    *aux = -(wtype == DType::kQ4_0 ? 8 : 128) * sum;
   }
 }
 

@@ -43,20 +43,34 @@ namespace internal {
 // Bytes of one packed group's block (Q4_0, Q8_0: a block of 32; Q4_K: a super-block of 256).
 size_t PackedBlockBytes(DType type);
 
-// ---- Activations for the packed kernels: one row per token, each at a 64-byte aligned stride ----
-//   int8  qs[n]        the llama.cpp activation quants (Q8_0 for Q4_0/Q8_0 weights, Q8_K for Q4_K)
-//   float d[n / 32]    Q8_0: per block; Q8_K: per super-block (the first n / 256 entries)
-//   int32 aux[n / 32]  Q4_0/Q8_0: -offset * sum(qs of the block), offset 8 or 128, so that a dot product of
-//                      the unsigned packed quants that starts from it lands on the signed result;
-//                      Q4_K: int16 sums of each sub-block of 32 (the first n / 32 int16s)
-size_t PackedActRowBytes(int64_t n);
-void QuantizePackedActRow(DType wtype, const float* x, void* dst, int64_t n, Isa isa);
+// ---- Activations for the packed kernels ----
+// Tokens go in tiles of kPackedTokTile; within a tile the activations are stored unit by unit (a unit is a block
+// of 32 for Q4_0/Q8_0, a super-block of 256 for Q4_K), so that every token of the tile sits at a fixed offset
+// from the unit's start and the kernels need one address register, not one per token. A unit holds
+//   int8  qs[kPackedTokTile][Q]   the llama.cpp activation quants (Q8_0 for Q4_0/Q8_0 weights, Q8_K for Q4_K)
+//   float d[kPackedTokTile]       their scale
+//   int32 aux[kPackedTokTile][A]  Q4_0/Q8_0 (A = 1): -offset * sum(qs), offset 8 or 128, so that a dot product of
+//                                 the unsigned packed quants that starts from it lands on the signed result;
+//                                 Q4_K (A = 4): the 8 int16 sums of the unit's sub-blocks of 32
+// Slots past the tokens of a partial last tile are never read.
+constexpr int kPackedTokTile = 16;
+struct PackedActUnit {
+  int64_t quants;   // Q
+  size_t d_offset;  // bytes from the unit's start
+  size_t aux_offset;
+  size_t aux_bytes;  // per token
+  size_t bytes;
+};
+PackedActUnit PackedActUnitOf(DType wtype);
+// Bytes of one tile of activation rows of n elements.
+size_t PackedActTileBytes(DType wtype, int64_t n);
+// Quantizes one float row into slot `slot` of the tile at `tile`.
+void QuantizePackedAct(DType wtype, const float* x, int64_t n, uint8_t* tile, int slot, Isa isa);
 
-// One group of 16 rows against n_x (1..kPackedTokTile) activation rows: y[t * y_stride + r] for r < 16.
+// One group of 16 rows against the first n_x (1..kPackedTokTile) tokens of a tile: y[t * y_stride + r], r < 16.
 // nb counts the type's blocks (super-blocks for Q4_K) in a row.
-constexpr int kPackedTokTile = 8;
-using PackedKernelFn = void (*)(const uint8_t* group, int64_t nb, const uint8_t* x, size_t x_stride, int n_x,
-                                float* y, size_t y_stride);
+using PackedKernelFn = void (*)(const uint8_t* group, int64_t nb, const uint8_t* tile, int n_x, float* y,
+                                size_t y_stride);
 PackedKernelFn ScalarPackedKernel(DType wtype);
 PackedKernelFn Avx512PackedKernel(DType wtype);  // call only when DetectedIsa() == kAvx512
 

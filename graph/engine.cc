@@ -7,6 +7,7 @@
 
 #include "core/status.h"
 #include "cpu_backend/cpu_backend.h"
+#include "cpu_backend/repack.h"
 #include "graph/planning.h"
 
 namespace tandem {
@@ -56,6 +57,23 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& opts) 
   }
   ExecutorOptions xo{.n_ctx = e->n_ctx_, .max_batch = e->n_batch_, .kv_type = opts.kv_type, .dump = opts.dump,
                      .progress = opts.progress};
+  // The CPU's repacked copies go where the plan put the file's pages: each group of 16 rows with its rows.
+  TANDEM_ASSIGN_OR_RETURN(std::vector<MemoryRegion> file_regions, NumaMemoryRegions(e->numa_, *e->file_));
+  if (!file_regions.empty()) {
+    xo.on_cpu_copy = [file_regions, topo = e->topology_.get(), warned = false](
+                         const WeightMatrix& original, const WeightMatrix& copy) mutable -> absl::Status {
+      if (!copy.packed) return absl::OkStatus();
+      const size_t group_bytes = cpu::PackedBytes(original) / static_cast<size_t>(original.rows / cpu::kPackRows);
+      const std::vector<MemoryRegion> regions =
+          CopyRegions(file_regions, original, copy.data, cpu::kPackRows, group_bytes);
+      if (absl::StatusOr<MembindReport> bound = BindRegions(*topo, regions); !bound.ok() && !warned) {
+        std::fprintf(stderr, "warning: NUMA placement of repacked weights not applied: %s\n",
+                     Message(bound.status()).c_str());
+        warned = true;
+      }
+      return absl::OkStatus();
+    };
+  }
   TANDEM_ASSIGN_OR_RETURN(e->executor_,
                           Executor::Create(*e->file_, e->cfg_, plan, e->cpu_.get(), e->gpu_.get(), xo));
   return e;

@@ -238,7 +238,10 @@ absl::Status Executor::Impl::PrepareCpuWeights(Unit& u) {
       st = prepared.status();
       return;
     }
-    if (prepared->data != m.data) cpu_allocs.push_back(const_cast<void*>(prepared->data));
+    if (prepared->data != m.data) {
+      cpu_allocs.push_back(const_cast<void*>(prepared->data));
+      if (opts.on_cpu_copy) st = opts.on_cpu_copy(m, *prepared);
+    }
     m = *prepared;
   });
   return st;

@@ -29,6 +29,10 @@ struct ExecutorOptions {
   DumpFn dump;
   // Called during load with (bytes done, bytes total) for a progress bar. Null: quiet.
   ProgressFn progress;
+  // Called for each matrix the CPU computes with from a copy of its own (Backend::PrepareMatMulWeights), with the
+  // file's view and the copy, so that the copy can be placed where the file's pages were (NUMA). Null: nothing.
+  using CopyFn = std::function<absl::Status(const WeightMatrix& original, const WeightMatrix& copy)>;
+  CopyFn on_cpu_copy;
 };
 
 struct ExecutorStats {

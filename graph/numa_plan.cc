@@ -266,6 +266,36 @@ absl::StatusOr<std::vector<MemoryRegion>> NumaMemoryRegions(const NumaPlan& plan
   return regions;
 }
 
+std::vector<MemoryRegion> CopyRegions(std::span<const MemoryRegion> file_regions, const cpu::WeightMatrix& original,
+                                      const void* copy, int64_t group_rows, size_t group_bytes) {
+  std::vector<MemoryRegion> out;
+  const auto base = reinterpret_cast<uintptr_t>(original.data);
+  const size_t stride = original.row_stride;
+  if (stride == 0 || original.rows <= 0 || group_rows <= 0) return out;
+  const uintptr_t end = base + static_cast<size_t>(original.rows) * stride;
+  const int64_t n_groups = (original.rows + group_rows - 1) / group_rows;
+  int64_t next_group = 0;  // groups already given a node: a group straddling two regions keeps the first
+  for (const MemoryRegion& r : file_regions) {
+    const auto lo = std::max(base, reinterpret_cast<uintptr_t>(r.addr));
+    const auto hi = std::min(end, reinterpret_cast<uintptr_t>(r.addr) + r.bytes);
+    if (lo >= hi) continue;
+    const auto first_row = static_cast<int64_t>((lo - base) / stride);
+    const auto last_row = static_cast<int64_t>((hi - base + stride - 1) / stride);  // exclusive
+    const int64_t g0 = std::max(next_group, first_row / group_rows);
+    const int64_t g1 = std::min(n_groups, (last_row + group_rows - 1) / group_rows);
+    if (g0 >= g1) continue;
+    const uint8_t* addr = static_cast<const uint8_t*>(copy) + static_cast<size_t>(g0) * group_bytes;
+    const size_t bytes = static_cast<size_t>(g1 - g0) * group_bytes;
+    if (!out.empty() && out.back().node == r.node && static_cast<const uint8_t*>(out.back().addr) + out.back().bytes == addr) {
+      out.back().bytes += bytes;
+    } else {
+      out.push_back(MemoryRegion{.addr = addr, .bytes = bytes, .node = r.node});
+    }
+    next_group = g1;
+  }
+  return out;
+}
+
 absl::StatusOr<MembindReport> ApplyNumaPlan(const Topology& topo, const NumaPlan& plan, const GgufFile& file,
                                             const MembindOptions& opts) {
   TANDEM_ASSIGN_OR_RETURN(const std::vector<MemoryRegion> regions, NumaMemoryRegions(plan, file));

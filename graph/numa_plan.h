@@ -19,6 +19,7 @@
 #include "core/gguf.h"
 #include "core/model_config.h"
 #include "core/topology.h"
+#include "cpu_backend/kernels.h"
 #include "cpu_backend/numa_memory.h"
 
 namespace tandem {
@@ -92,6 +93,12 @@ absl::StatusOr<NumaPlan> PlanNuma(const Topology& topo, std::vector<WeightTensor
 // `file` by name.
 absl::StatusOr<std::vector<MemoryRegion>> NumaMemoryRegions(const NumaPlan& plan, const GgufFile& file);
 
+// The placement of a CPU-side copy of one matrix (the CPU backend's repacked weights, repack.h): `original` views
+// the file, whose pages went to `file_regions` (NumaMemoryRegions); the copy at `copy` holds the same rows in
+// groups of `group_rows` rows, `group_bytes` each. Each group goes where its rows went in the file, so a shard
+// plan's experts stay whole on their node and dense row ranges keep their split.
+std::vector<MemoryRegion> CopyRegions(std::span<const MemoryRegion> file_regions, const cpu::WeightMatrix& original,
+                                      const void* copy, int64_t group_rows, size_t group_bytes);
 // Binds the file's pages as planned, then pins the OpenMP workers. `topo` must be the host's.
 absl::StatusOr<MembindReport> ApplyNumaPlan(const Topology& topo, const NumaPlan& plan, const GgufFile& file,
                                             const MembindOptions& opts = {});

@@ -11,7 +11,9 @@
 #include <set>
 
 #include "core/dtype.h"
+#include "cpu_backend/repack.h"
 #include "cpu_backend/thread_pinning.h"
+#include "graph/model.h"
 #include "tests/testutil.h"
 
 namespace tandem {
@@ -359,6 +361,69 @@ TEST(NumaPlan, TinyMixtralFile) {
     EXPECT_GT(report->regions, 0u);
     EXPECT_LE(report->bytes, bytes);
   }
+}
+
+// A repacked copy follows its file rows: groups of 16 rows go to the node of their rows.
+TEST(CopyRegions, GroupsFollowTheirRowsByHand) {
+  static uint8_t file[64 * 100];  // a 64-row matrix, 100 bytes a row
+  static uint8_t copy[4 * 1000];  // its copy: 4 groups of 16 rows, 1000 bytes a group
+  const cpu::WeightMatrix m{.type = DType::kQ4_0, .data = file, .rows = 64, .cols = 32, .row_stride = 100};
+  // Rows [0, 32) on node 1, rows [32, 48) on node 0, rows [48, 64) on node 1.
+  const MemoryRegion in[] = {{file, 3200, 1}, {file + 3200, 1600, 0}, {file + 4800, 1600, 1}};
+  const std::vector<MemoryRegion> out = CopyRegions(in, m, copy, 16, 1000);
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[0].addr, copy);
+  EXPECT_EQ(out[0].bytes, 2000u);
+  EXPECT_EQ(out[0].node, 1);
+  EXPECT_EQ(out[1].addr, copy + 2000);
+  EXPECT_EQ(out[1].bytes, 1000u);
+  EXPECT_EQ(out[1].node, 0);
+  EXPECT_EQ(out[2].addr, copy + 3000);
+  EXPECT_EQ(out[2].bytes, 1000u);
+  EXPECT_EQ(out[2].node, 1);
+  // A region that starts inside a group leaves that group to the region before it.
+  const MemoryRegion split[] = {{file, 2000, 0}, {file + 2000, 4400, 1}};  // rows [0, 20) and [20, 64)
+  const std::vector<MemoryRegion> out2 = CopyRegions(split, m, copy, 16, 1000);
+  ASSERT_EQ(out2.size(), 2u);
+  EXPECT_EQ(out2[0].bytes, 2000u);  // groups 0 and 1 (rows 16..19 pull group 1 along)
+  EXPECT_EQ(out2[1].addr, copy + 2000);
+  EXPECT_EQ(out2[1].bytes, 2000u);
+  // Regions elsewhere in the file place nothing.
+  const MemoryRegion away[] = {{file + sizeof(file), 100, 0}};
+  EXPECT_TRUE(CopyRegions(away, m, copy, 16, 1000).empty());
+}
+
+// Under shard, every expert's repacked copy lands whole on the node that holds (and runs) the expert.
+TEST(CopyRegions, ShardKeepsEachRepackedExpertOnItsNode) {
+  absl::StatusOr<std::unique_ptr<GgufFile>> file = GgufFile::Open(test::DataPath("models/tiny-mixtral-Q4_0.gguf"));
+  ASSERT_TRUE(file.ok()) << file.status();
+  absl::StatusOr<ModelConfig> cfg = LoadModelConfig(**file);
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  auto topo = Load(Topology::Synthetic("pack:2 numa:2 core:8 pu:2"));
+  absl::StatusOr<NumaPlan> plan = PlanNuma(*topo, WeightTensorsOf((*file)->tensors(), *cfg), {.policy = NumaPolicy::kShard});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  absl::StatusOr<std::vector<MemoryRegion>> file_regions = NumaMemoryRegions(*plan, **file);
+  ASSERT_TRUE(file_regions.ok()) << file_regions.status();
+  absl::StatusOr<ModelWeights> w = MapWeights(**file, *cfg);
+  ASSERT_TRUE(w.ok()) << w.status();
+  int checked = 0;
+  for (int il = 0; il < cfg->n_layer; ++il) {
+    for (int e = 0; e < cfg->n_expert; ++e) {
+      const ExpertWeights& x = w->ffn[il].experts[e];
+      for (const cpu::WeightMatrix* m : {&x.gate, &x.up, &x.down}) {
+        ASSERT_TRUE(cpu::CanRepack(*m));
+        std::vector<uint8_t> copy(cpu::PackedBytes(*m));
+        const size_t group_bytes = copy.size() / static_cast<size_t>(m->rows / cpu::kPackRows);
+        const std::vector<MemoryRegion> r = CopyRegions(*file_regions, *m, copy.data(), cpu::kPackRows, group_bytes);
+        ASSERT_EQ(r.size(), 1u) << "layer " << il << " expert " << e;
+        EXPECT_EQ(r[0].addr, copy.data());
+        EXPECT_EQ(r[0].bytes, copy.size());
+        EXPECT_EQ(r[0].node, plan->ExpertNode(il, e));
+        ++checked;
+      }
+    }
+  }
+  EXPECT_EQ(checked, 3 * cfg->n_layer * cfg->n_expert);
 }
 
 TEST(NumaPlan, AutoOnOneNodeIsOff) {
