@@ -133,7 +133,7 @@ constexpr int64_t kMinParallelWork = 1 << 16;
 
 size_t PackedActScratchBytes(DType wtype, int64_t cols, int64_t n_tok) {
   const int64_t tiles = (n_tok + internal::kPackedTokTile - 1) / internal::kPackedTokTile;
-  return static_cast<size_t>(tiles) * internal::PackedActTileBytes(wtype, cols);
+  return static_cast<size_t>(tiles) * internal::PackedActTileBytes(wtype, cols, internal::kPackedTokTile);
 }
 
 // Packed weights (repack.h): row groups of 16 split across threads in chunks that stay in L2 while the token
@@ -146,7 +146,12 @@ void PackedMatMul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y
   const int64_t nb = w.cols / Traits(w.type).block_elems;
   const size_t group_bytes = static_cast<size_t>(nb) * internal::PackedBlockBytes(w.type);
   const int64_t n_groups = w.rows / kPackRows;
-  const size_t tile_bytes = internal::PackedActTileBytes(w.type, w.cols);
+  const int capacity = n_tok == 1 ? 1 : internal::kPackedTokTile;
+  const size_t tile_bytes = internal::PackedActTileBytes(w.type, w.cols, capacity);
+  // Tiles of equal length: 130 tokens go as 9 tiles of 14 or 15, not 8 of 16 and a tail of 2, which would pay a
+  // whole pass over the weights for two tokens.
+  const int64_t n_tiles = (n_tok + internal::kPackedTokTile - 1) / internal::kPackedTokTile;
+  const int64_t tile_len = (n_tok + n_tiles - 1) / n_tiles;
   const auto* wbase = static_cast<const uint8_t*>(w.data);
   auto* xq = static_cast<uint8_t*>(scratch);
 
@@ -160,19 +165,17 @@ void PackedMatMul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y
   {
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < n_tok; ++t) {
-      internal::QuantizePackedAct(w.type, x + t * w.cols, w.cols,
-                                  xq + static_cast<size_t>(t / internal::kPackedTokTile) * tile_bytes,
-                                  static_cast<int>(t % internal::kPackedTokTile), isa);
+      internal::QuantizePackedAct(w.type, x + t * w.cols, w.cols, xq + static_cast<size_t>(t / tile_len) * tile_bytes,
+                                  capacity, static_cast<int>(t % tile_len), isa);
     }
 #pragma omp for schedule(dynamic, 1)
     for (int64_t c = 0; c < n_chunks; ++c) {
       const int64_t g1 = std::min(n_groups, (c + 1) * chunk);
-      for (int64_t t0 = 0; t0 < n_tok; t0 += internal::kPackedTokTile) {
-        const int n_x = static_cast<int>(std::min<int64_t>(internal::kPackedTokTile, n_tok - t0));
+      for (int64_t t0 = 0; t0 < n_tok; t0 += tile_len) {
+        const int n_x = static_cast<int>(std::min<int64_t>(tile_len, n_tok - t0));
         for (int64_t g = c * chunk; g < g1; ++g) {
-          kernel(wbase + static_cast<size_t>(g) * group_bytes, nb,
-                 xq + static_cast<size_t>(t0 / internal::kPackedTokTile) * tile_bytes, n_x,
-                 y + t0 * w.rows + g * kPackRows, static_cast<size_t>(w.rows));
+          kernel(wbase + static_cast<size_t>(g) * group_bytes, nb, xq + static_cast<size_t>(t0 / tile_len) * tile_bytes,
+                 capacity, n_x, y + t0 * w.rows + g * kPackRows, static_cast<size_t>(w.rows));
         }
       }
     }

@@ -16,18 +16,14 @@ namespace {
 
 // Offsets of token t's quants, scale and aux words within a unit of a tile (repack.h), as constants, so that one
 // address register serves the whole tile.
-template <int Q, int A>
+template <int Q, int A, int C>
 struct Unit {
-  static constexpr size_t kBytes = kPackedTokTile * (Q + 4 + 4 * A);
+  static constexpr size_t kBytes = C * (Q + 4 + 4 * A);
   const uint8_t* p;
   const int8_t* qs(int t) const { return reinterpret_cast<const int8_t*>(p + t * Q); }
-  float d(int t) const { return reinterpret_cast<const float*>(p + kPackedTokTile * Q)[t]; }
-  const int32_t* aux(int t) const {
-    return reinterpret_cast<const int32_t*>(p + kPackedTokTile * (Q + 4)) + A * t;
-  }
+  float d(int t) const { return reinterpret_cast<const float*>(p + C * Q)[t]; }
+  const int32_t* aux(int t) const { return reinterpret_cast<const int32_t*>(p + C * (Q + 4)) + A * t; }
 };
-using Unit32 = Unit<32, 1>;
-using Unit256 = Unit<256, 4>;
 
 inline __m512i Bcast4(const int8_t* p) {
   int32_t v;
@@ -63,13 +59,16 @@ inline void UnpackNibbles(const uint8_t* qs, __m512i q[8]) {
   }
 }
 
-template <bool kNibbles, int NX>
+// NX tokens of a tile of capacity C against one group of 16 rows.
+template <bool kNibbles, int NX, int C>
 void Block32Kernel(const uint8_t* group, int64_t nb, const uint8_t* tile, float* y, size_t y_stride) {
   constexpr size_t kBlockBytes = kNibbles ? 288 : 544;
   __m512 acc[NX];
 #pragma GCC unroll 16
   for (int t = 0; t < NX; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
+    using U = Unit<32, 1, C>;
+    const U a{tile + b * U::kBytes};
     const uint8_t* blk = group + b * kBlockBytes;
     const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
     __m512i q[8];
@@ -78,7 +77,6 @@ void Block32Kernel(const uint8_t* group, int64_t nb, const uint8_t* tile, float*
     } else {
       for (int i = 0; i < 8; ++i) q[i] = _mm512_loadu_si512(blk + 32 + 64 * i);
     }
-    const Unit32 a{tile + b * Unit32::kBytes};
 #pragma GCC unroll 16
     for (int t = 0; t < NX; ++t) {
       const __m512i s = DotBlock32<NX>(q, a.qs(t), _mm512_set1_epi32(*a.aux(t)));
@@ -90,17 +88,19 @@ void Block32Kernel(const uint8_t* group, int64_t nb, const uint8_t* tile, float*
   for (int t = 0; t < NX; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
 }
 
-template <int NX>
+template <int NX, int C>
 void Q4KKernel(const uint8_t* group, int64_t nb, const uint8_t* tile, float* y, size_t y_stride) {
+  constexpr size_t kBlockBytes = 2368;
   __m512 acc[NX];
 #pragma GCC unroll 16
   for (int t = 0; t < NX; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t s = 0; s < nb; ++s) {
-    const uint8_t* blk = group + s * 2368;
+    using U = Unit<256, 4, C>;
+    const U a{tile + s * U::kBytes};
+    const uint8_t* blk = group + s * kBlockBytes;
     const uint8_t* sc = blk + 64;
     const uint8_t* m = sc + 128;
     const uint8_t* qs = m + 128;
-    const Unit256 a{tile + s * Unit256::kBytes};
     __m512i isum[NX];
 #pragma GCC unroll 16
     for (int t = 0; t < NX; ++t) isum[t] = _mm512_setzero_si512();
@@ -136,37 +136,40 @@ void Q4KKernel(const uint8_t* group, int64_t nb, const uint8_t* tile, float* y, 
   for (int t = 0; t < NX; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
 }
 
-// Dispatch on the token count so each tile's accumulators live in registers.
-template <template <int> class K, int... N>
+// Dispatch on the token count so each tile's accumulators live in registers; a one-token tile is compact.
+template <template <int, int> class K, int... N>
 void ByTokensImpl(std::integer_sequence<int, N...>, const uint8_t* group, int64_t nb, const uint8_t* tile, int n_x,
                   float* y, size_t y_stride) {
   using Fn = void (*)(const uint8_t*, int64_t, const uint8_t*, float*, size_t);
-  static constexpr Fn kTable[] = {K<N + 1>::Run...};
+  static constexpr Fn kTable[] = {K<N + 1, kPackedTokTile>::Run...};
   kTable[n_x - 1](group, nb, tile, y, y_stride);
 }
-template <template <int> class K>
-void ByTokens(const uint8_t* group, int64_t nb, const uint8_t* tile, int n_x, float* y, size_t y_stride) {
+template <template <int, int> class K>
+void ByTokens(const uint8_t* group, int64_t nb, const uint8_t* tile, int capacity, int n_x, float* y,
+              size_t y_stride) {
+  if (capacity == 1) return K<1, 1>::Run(group, nb, tile, y, y_stride);
   ByTokensImpl<K>(std::make_integer_sequence<int, kPackedTokTile>(), group, nb, tile, n_x, y, y_stride);
 }
 
-template <int NX>
+template <int NX, int C>
 struct Q4_0Tile {
   static void Run(const uint8_t* g, int64_t nb, const uint8_t* tile, float* y, size_t ys) {
-    Block32Kernel<true, NX>(g, nb, tile, y, ys);
+    Block32Kernel<true, NX, C>(g, nb, tile, y, ys);
   }
 };
-template <int NX>
+template <int NX, int C>
 struct Q8_0Tile {
   static void Run(const uint8_t* g, int64_t nb, const uint8_t* tile, float* y, size_t ys) {
-    Block32Kernel<false, NX>(g, nb, tile, y, ys);
+    Block32Kernel<false, NX, C>(g, nb, tile, y, ys);
   }
 };
-template <int NX>
+template <int NX, int C>
 struct Q4KTile {
   static void Run(const uint8_t* g, int64_t nb, const uint8_t* tile, float* y, size_t ys) {
-    Q4KKernel<NX>(g, nb, tile, y, ys);
+    Q4KKernel<NX, C>(g, nb, tile, y, ys);
   }
 };
+
 
 }  // namespace
 

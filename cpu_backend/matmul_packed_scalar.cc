@@ -21,8 +21,9 @@ struct TileView {
 
 // Q4_0 and Q8_0: per block, sum over k of the unsigned packed quant times the activation, from aux.
 template <bool kNibbles>
-void PackedBlock32(const uint8_t* group, int64_t nb, const uint8_t* tile, int n_x, float* y, size_t y_stride) {
-  const TileView a{tile, PackedActUnitOf(kNibbles ? DType::kQ4_0 : DType::kQ8_0)};
+void PackedBlock32(const uint8_t* group, int64_t nb, const uint8_t* tile, int capacity, int n_x, float* y,
+                   size_t y_stride) {
+  const TileView a{tile, PackedActUnitOf(kNibbles ? DType::kQ4_0 : DType::kQ8_0, capacity)};
   const size_t block_bytes = kNibbles ? 288 : 544;
   for (int t = 0; t < n_x; ++t) {
     float acc[kPackRows] = {};
@@ -50,8 +51,9 @@ void PackedBlock32(const uint8_t* group, int64_t nb, const uint8_t* tile, int n_
   }
 }
 
-void PackedQ4_K(const uint8_t* group, int64_t nb, const uint8_t* tile, int n_x, float* y, size_t y_stride) {
-  const TileView a{tile, PackedActUnitOf(DType::kQ4_K)};
+void PackedQ4_K(const uint8_t* group, int64_t nb, const uint8_t* tile, int capacity, int n_x, float* y,
+                size_t y_stride) {
+  const TileView a{tile, PackedActUnitOf(DType::kQ4_K, capacity)};
   for (int t = 0; t < n_x; ++t) {
     float acc[kPackRows] = {};
     for (int64_t s = 0; s < nb; ++s) {

@@ -87,21 +87,23 @@ PackBlockFn PackBlockFor(DType type) {
 
 }  // namespace
 
-PackedActUnit PackedActUnitOf(DType wtype) {
+PackedActUnit PackedActUnitOf(DType wtype, int capacity) {
+  TANDEM_CHECK(capacity == 1 || capacity == kPackedTokTile);
   const int64_t q = wtype == DType::kQ4_K ? 256 : 32;
   const size_t aux = wtype == DType::kQ4_K ? 16 : 4;
-  const size_t d_offset = kPackedTokTile * static_cast<size_t>(q);
-  const size_t aux_offset = d_offset + kPackedTokTile * sizeof(float);
-  return {q, d_offset, aux_offset, aux, aux_offset + kPackedTokTile * aux};
+  const auto cap = static_cast<size_t>(capacity);
+  const size_t d_offset = cap * static_cast<size_t>(q);
+  const size_t aux_offset = d_offset + cap * sizeof(float);
+  return {q, d_offset, aux_offset, aux, aux_offset + cap * aux};
 }
 
-size_t PackedActTileBytes(DType wtype, int64_t n) {
-  const PackedActUnit u = PackedActUnitOf(wtype);
+size_t PackedActTileBytes(DType wtype, int64_t n, int capacity) {
+  const PackedActUnit u = PackedActUnitOf(wtype, capacity);
   return static_cast<size_t>(n / u.quants) * u.bytes;
 }
 
-void QuantizePackedAct(DType wtype, const float* x, int64_t n, uint8_t* tile, int slot, Isa isa) {
-  const PackedActUnit u = PackedActUnitOf(wtype);
+void QuantizePackedAct(DType wtype, const float* x, int64_t n, uint8_t* tile, int capacity, int slot, Isa isa) {
+  const PackedActUnit u = PackedActUnitOf(wtype, capacity);
   for (int64_t b = 0; b < n / u.quants; ++b) {
     uint8_t* unit = tile + static_cast<size_t>(b) * u.bytes;
     auto* qs = reinterpret_cast<int8_t*>(unit + slot * u.quants);

@@ -44,12 +44,13 @@ namespace internal {
 size_t PackedBlockBytes(DType type);
 
 // ---- Activations for the packed kernels ----
-// Tokens go in tiles of kPackedTokTile; within a tile the activations are stored unit by unit (a unit is a block
+// Tokens go in tiles of up to kPackedTokTile (a tile's capacity: kPackedTokTile, or 1 for a single token, whose
+// activations then stay compact enough for L1 while every row group passes over them); within a tile the activations are stored unit by unit (a unit is a block
 // of 32 for Q4_0/Q8_0, a super-block of 256 for Q4_K), so that every token of the tile sits at a fixed offset
 // from the unit's start and the kernels need one address register, not one per token. A unit holds
-//   int8  qs[kPackedTokTile][Q]   the llama.cpp activation quants (Q8_0 for Q4_0/Q8_0 weights, Q8_K for Q4_K)
-//   float d[kPackedTokTile]       their scale
-//   int32 aux[kPackedTokTile][A]  Q4_0/Q8_0 (A = 1): -offset * sum(qs), offset 8 or 128, so that a dot product of
+//   int8  qs[capacity][Q]         the llama.cpp activation quants (Q8_0 for Q4_0/Q8_0 weights, Q8_K for Q4_K)
+//   float d[capacity]             their scale
+//   int32 aux[capacity][A]        Q4_0/Q8_0 (A = 1): -offset * sum(qs), offset 8 or 128, so that a dot product of
 //                                 the unsigned packed quants that starts from it lands on the signed result;
 //                                 Q4_K (A = 4): the 8 int16 sums of the unit's sub-blocks of 32
 // Slots past the tokens of a partial last tile are never read.
@@ -61,16 +62,16 @@ struct PackedActUnit {
   size_t aux_bytes;  // per token
   size_t bytes;
 };
-PackedActUnit PackedActUnitOf(DType wtype);
+PackedActUnit PackedActUnitOf(DType wtype, int capacity);
 // Bytes of one tile of activation rows of n elements.
-size_t PackedActTileBytes(DType wtype, int64_t n);
+size_t PackedActTileBytes(DType wtype, int64_t n, int capacity);
 // Quantizes one float row into slot `slot` of the tile at `tile`.
-void QuantizePackedAct(DType wtype, const float* x, int64_t n, uint8_t* tile, int slot, Isa isa);
+void QuantizePackedAct(DType wtype, const float* x, int64_t n, uint8_t* tile, int capacity, int slot, Isa isa);
 
-// One group of 16 rows against the first n_x (1..kPackedTokTile) tokens of a tile: y[t * y_stride + r], r < 16.
-// nb counts the type's blocks (super-blocks for Q4_K) in a row.
-using PackedKernelFn = void (*)(const uint8_t* group, int64_t nb, const uint8_t* tile, int n_x, float* y,
-                                size_t y_stride);
+// One group of 16 rows against the first n_x tokens of a tile of `capacity` (1 or kPackedTokTile):
+// y[t * y_stride + r], r < 16. nb counts the type's blocks (super-blocks for Q4_K) in a row.
+using PackedKernelFn = void (*)(const uint8_t* group, int64_t nb, const uint8_t* tile, int capacity, int n_x,
+                                float* y, size_t y_stride);
 PackedKernelFn ScalarPackedKernel(DType wtype);
 PackedKernelFn Avx512PackedKernel(DType wtype);  // call only when DetectedIsa() == kAvx512
 
