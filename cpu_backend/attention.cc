@@ -54,7 +54,7 @@ float DotPortable(const float* q, const Elem* k, int n) {
   float half[4];
   for (int i = 0; i < 4; ++i) half[i] = (acc[i] + acc[i + 8]) + (acc[i + 4] + acc[i + 12]);
   float sum = (half[0] + half[2]) + (half[1] + half[3]);
-  for (; d < n; ++d) sum += q[d] * Widen(k[d]);
+  for (; d < n; ++d) sum = std::fma(q[d], Widen(k[d]), sum);
   return sum;
 }
 
@@ -75,6 +75,26 @@ RowOps<Elem> PickRowOps() {
   return {DotPortable<Elem>, AxpyPortable<Elem>};
 }
 
+// scores[j] = softmax over j of (dots[j] * scale), in place; with an fp16 cache the probabilities are rounded
+// through fp16 as llama.cpp's p.v matmul does.
+void Softmax(float* scores, int64_t n, float scale, bool round_half) {
+  float max_score = -std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < n; ++j) {
+    scores[j] *= scale;
+    max_score = std::max(max_score, scores[j]);
+  }
+  double sum = 0.0;
+  for (int64_t j = 0; j < n; ++j) {
+    scores[j] = std::exp(scores[j] - max_score);
+    sum += scores[j];
+  }
+  const float inv_sum = static_cast<float>(1.0 / sum);
+  for (int64_t j = 0; j < n; ++j) {
+    scores[j] *= inv_sum;
+    if (round_half) scores[j] = RoundThroughHalf(scores[j]);
+  }
+}
+
 template <typename Elem>
 void AttendOneHead(const RowOps<Elem>& ops, const float* q, const KvLayer& kv, int kv_head, int64_t n_visible,
                    const AttentionParams& p, float* scores, float* out) {
@@ -89,22 +109,8 @@ void AttendOneHead(const RowOps<Elem>& ops, const float* q, const KvLayer& kv, i
     for (int d = 0; d < p.head_dim; ++d) out[d] = RoundThroughHalf(q[d]);
     q_used = out;
   }
-  float max_score = -std::numeric_limits<float>::infinity();
-  for (int64_t j = 0; j < n_visible; ++j) {
-    scores[j] = ops.dot(q_used, k_rows + j * kv.row_elems, p.head_dim) * p.scale;
-    max_score = std::max(max_score, scores[j]);
-  }
-
-  double sum = 0.0;
-  for (int64_t j = 0; j < n_visible; ++j) {
-    scores[j] = std::exp(scores[j] - max_score);
-    sum += scores[j];
-  }
-  const float inv_sum = static_cast<float>(1.0 / sum);
-  for (int64_t j = 0; j < n_visible; ++j) {
-    scores[j] *= inv_sum;
-    if constexpr (kHalf) scores[j] = RoundThroughHalf(scores[j]);
-  }
+  for (int64_t j = 0; j < n_visible; ++j) scores[j] = ops.dot(q_used, k_rows + j * kv.row_elems, p.head_dim);
+  Softmax(scores, n_visible, p.scale, kHalf);
   for (int d = 0; d < p.head_dim; ++d) out[d] = 0.0f;
   for (int64_t j = 0; j < n_visible; ++j) ops.axpy(scores[j], v_rows + j * kv.row_elems, p.head_dim, out);
 }
@@ -130,12 +136,47 @@ void AttentionTyped(const float* q, const KvLayer& kv, int64_t n_tok, int64_t po
   }
 }
 
+// fp16 cache on AVX-512: one item is a token and a KV head, with all the query heads that read it, so each cache
+// row is widened once for the group (attention_avx512.cc). Bit-identical to AttendOneHead.
+void AttentionGroupedF16(const float* q, const KvLayer& kv, int64_t n_tok, int64_t pos0, const AttentionParams& p,
+                         float* out, float* scratch) {
+  const int group = p.n_head / p.n_head_kv;
+  const int64_t q_row = static_cast<int64_t>(p.n_head) * p.head_dim;
+  const int64_t n_items = n_tok * p.n_head_kv;
+  const auto* k_base = static_cast<const uint16_t*>(kv.k);
+  const auto* v_base = static_cast<const uint16_t*>(kv.v);
+  const auto row_elems = static_cast<size_t>(kv.row_elems);
+  const auto score_stride = static_cast<size_t>(kv.n_ctx);
+#pragma omp parallel if (n_items > 1 && (pos0 + n_tok) * n_items * group * p.head_dim >= (1 << 14))
+  {
+    float* scores = scratch + static_cast<int64_t>(omp_get_thread_num()) * kv.n_ctx * group;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t item = 0; item < n_items; ++item) {
+      const int64_t t = item / p.n_head_kv;
+      const int kv_head = static_cast<int>(item % p.n_head_kv);
+      const int64_t n_visible = pos0 + t + 1;
+      const int64_t offset = t * q_row + static_cast<int64_t>(kv_head) * group * p.head_dim;  // the group's heads
+      float* o = out + offset;
+      // The fp16-rounded queries live in the group's output slice until the weighted sums overwrite it.
+      for (int64_t i = 0; i < static_cast<int64_t>(group) * p.head_dim; ++i) o[i] = RoundThroughHalf(q[offset + i]);
+      const size_t kv_offset = static_cast<size_t>(kv_head) * p.head_dim;
+      attention_rows::DotsF16Avx512(o, group, p.head_dim, k_base + kv_offset, row_elems, n_visible, scores,
+                                    score_stride);
+      for (int g = 0; g < group; ++g) Softmax(scores + g * score_stride, n_visible, p.scale, /*round_half=*/true);
+      attention_rows::WeightedSumsF16Avx512(scores, score_stride, group, p.head_dim, v_base + kv_offset, row_elems,
+                                            n_visible, o);
+    }
+  }
+}
+
 }  // namespace
 
 size_t AttentionScratchBytes(int64_t n_ctx, int n_head, int n_threads) {
-  // One score row per thread; n_threads <= 0 means "as many as OpenMP would use now".
+  // Per thread, one score row for each query head of a KV group (at most n_head of them); n_threads <= 0 means
+  // "as many as OpenMP would use now".
   const int threads = n_threads > 0 ? n_threads : omp_get_max_threads();
-  return static_cast<size_t>(threads) * static_cast<size_t>(n_ctx) * sizeof(float);
+  return static_cast<size_t>(threads) * static_cast<size_t>(n_ctx) * static_cast<size_t>(std::max(n_head, 1)) *
+         sizeof(float);
 }
 
 void Attention(const float* q, const KvLayer& kv, int64_t n_tok, int64_t pos0, const AttentionParams& p,
@@ -146,6 +187,10 @@ void Attention(const float* q, const KvLayer& kv, int64_t n_tok, int64_t pos0, c
   TANDEM_CHECK(pos0 >= 0 && pos0 + n_tok <= kv.n_ctx);
   auto* scores = static_cast<float*>(scratch);
   if (kv.type == DType::kF16) {
+    if (ActiveIsa() == Isa::kAvx512 && attention_rows::GroupedF16Avx512Supports(p.head_dim)) {
+      AttentionGroupedF16(q, kv, n_tok, pos0, p, out, scores);
+      return;
+    }
     AttentionTyped<f16_t>(q, kv, n_tok, pos0, p, out, scores);
   } else {
     AttentionTyped<float>(q, kv, n_tok, pos0, p, out, scores);

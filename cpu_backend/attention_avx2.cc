@@ -3,6 +3,8 @@
 // inline function compiled with these flags can stand in for a portable copy elsewhere.
 #include <immintrin.h>
 
+#include <cmath>
+
 #include "cpu_backend/attention_rows.h"
 
 namespace tandem::cpu::attention_rows {
@@ -34,7 +36,7 @@ float DotF32Avx2(const float* q, const float* k, int n) {
     d += 8;
   }
   float sum = HorizontalSum(_mm256_add_ps(acc0, acc1));
-  for (; d < n; ++d) sum += q[d] * k[d];
+  for (; d < n; ++d) sum = std::fma(q[d], k[d], sum);  // fused, as the portable tail
   return sum;
 }
 
@@ -51,7 +53,7 @@ float DotF16Avx2(const float* q, const uint16_t* k, int n) {
     d += 8;
   }
   float sum = HorizontalSum(_mm256_add_ps(acc0, acc1));
-  for (; d < n; ++d) sum += q[d] * _cvtsh_ss(k[d]);
+  for (; d < n; ++d) sum = std::fma(q[d], _cvtsh_ss(k[d]), sum);
   return sum;
 }
 
@@ -61,7 +63,7 @@ void AxpyF32Avx2(float p, const float* v, int n, float* out) {
   for (; d + 8 <= n; d += 8) {
     _mm256_storeu_ps(out + d, _mm256_fmadd_ps(pv, _mm256_loadu_ps(v + d), _mm256_loadu_ps(out + d)));
   }
-  for (; d < n; ++d) out[d] += p * v[d];
+  for (; d < n; ++d) out[d] = std::fma(p, v[d], out[d]);
 }
 
 void AxpyF16Avx2(float p, const uint16_t* v, int n, float* out) {
@@ -70,7 +72,7 @@ void AxpyF16Avx2(float p, const uint16_t* v, int n, float* out) {
   for (; d + 8 <= n; d += 8) {
     _mm256_storeu_ps(out + d, _mm256_fmadd_ps(pv, LoadHalf8(v + d), _mm256_loadu_ps(out + d)));
   }
-  for (; d < n; ++d) out[d] += p * _cvtsh_ss(v[d]);
+  for (; d < n; ++d) out[d] = std::fma(p, _cvtsh_ss(v[d]), out[d]);
 }
 
 }  // namespace tandem::cpu::attention_rows

@@ -14,4 +14,14 @@ float DotF16Avx2(const float* q, const uint16_t* k, int n);
 void AxpyF32Avx2(float p, const float* v, int n, float* out);
 void AxpyF16Avx2(float p, const uint16_t* v, int n, float* out);
 
+// The query heads that share one KV head, over an fp16 cache, AVX-512 (attention_avx512.cc; call only when
+// DetectedIsa() == kAvx512 and GroupedF16Avx512Supports(head_dim)). q and out are [n_q][head_dim].
+bool GroupedF16Avx512Supports(int head_dim);
+// scores[g * score_stride + j] = DotF16Avx2(q_g, k_j, head_dim) for j < n_keys, bit for bit.
+void DotsF16Avx512(const float* q, int n_q, int head_dim, const uint16_t* k_rows, size_t row_elems, int64_t n_keys,
+                   float* scores, size_t score_stride);
+// out_g = sum over j of p[g * p_stride + j] * v_j, as AxpyF16Avx2 from zero row after row, bit for bit.
+void WeightedSumsF16Avx512(const float* p, size_t p_stride, int n_q, int head_dim, const uint16_t* v_rows,
+                           size_t row_elems, int64_t n_keys, float* out);
+
 }  // namespace tandem::cpu::attention_rows

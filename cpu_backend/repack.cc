@@ -41,8 +41,12 @@ void PackBlockQ8_0(const uint8_t* const* rows, uint8_t* out) {
   for (int r = 0; r < kPackRows; ++r) {
     const auto* b = reinterpret_cast<const BlockQ8_0*>(rows[r]);
     d[r] = b->d;
-    for (int k = 0; k < 32; ++k) {
-      qs[64 * (k / 4) + 4 * r + k % 4] = static_cast<uint8_t>(static_cast<int>(b->qs[k]) + 128);
+    // Four quants at a time; flipping the sign bit adds 128 to each.
+    for (int j = 0; j < 8; ++j) {
+      uint32_t word;
+      std::memcpy(&word, b->qs + 4 * j, 4);
+      word ^= 0x80808080u;
+      std::memcpy(qs + 64 * j + 4 * r, &word, 4);
     }
   }
 }
