@@ -307,15 +307,19 @@ TEST(Hybrid, PredictedDecodeTimeMatchesTheSim) {
   ASSERT_TRUE(e.ok()) << e.status();
   std::vector<float> logits((*e)->config().n_vocab);
   ASSERT_TRUE((*e)->Prefill(Prompt(), 0, false, logits.data()).ok());
-  const auto t0 = std::chrono::steady_clock::now();
+  // The fastest step: the sim's modelled time is a floor that other jobs on the machine can only add to, so the
+  // least disturbed step is the one to hold against the model (ctest runs other tests beside this one).
+  double measured_s = 1e9;
   for (int i = 0; i < kSteps; ++i) {
     const int32_t tok = 300 + i;
+    const auto t0 = std::chrono::steady_clock::now();
     ASSERT_TRUE((*e)->executor().Forward(std::span<const int32_t>(&tok, 1), Prompt().size() + i, 1,
                                           logits.data()).ok());
+    measured_s = std::min(measured_s, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
-  const double measured_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / kSteps;
   const double predicted_s = 1.0 / (*e)->plan().predicted_decode_tps;
-  std::printf("decode per token: predicted %.2f ms, measured %.2f ms\n", predicted_s * 1e3, measured_s * 1e3);
+  std::printf("decode per token: predicted %.2f ms, measured %.2f ms (fastest of %d)\n", predicted_s * 1e3,
+              measured_s * 1e3, kSteps);
   EXPECT_NEAR(measured_s / predicted_s, 1.0, 0.25);
 }
 
