@@ -2,7 +2,8 @@
 // front of the kernel launchers (launch.h). Every CUDA/cuBLAS result is turned into an absl::Status here.
 #include "gpu_backend/cuda_backend.h"
 
-#include <cublas_v2.h>
+
+#include <cublas_api.h>
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 
@@ -22,6 +23,7 @@
 #include "gpu_backend/launch.h"
 #include "gpu_backend/matmul.h"
 #include "gpu_backend/memory_pool.h"
+#include "gpu_backend/cublas_loader.h"
 
 namespace tandem {
 namespace gpu {
@@ -76,7 +78,7 @@ class CudaBackend final : public Backend {
     pool_.reset();  // frees the workspace and anything the caller leaked
     for (void* p : pinned_) (void)cudaFreeHost(p);
     for (cudaEvent_t e : events_) (void)cudaEventDestroy(e);
-    if (cublas_ != nullptr) (void)cublasDestroy(cublas_);
+    if (cublas_ != nullptr) (void)cublas_api_->destroy(cublas_);
     for (cudaStream_t st : streams_) {
       if (st != nullptr) (void)cudaStreamDestroy(st);
     }
@@ -270,6 +272,7 @@ class CudaBackend final : public Backend {
   int quant_matvec_max_tokens_ = kDefaultQuantMatVecTokens;
   int float_matvec_max_tokens_ = kDefaultFloatMatVecTokens;
   cudaStream_t streams_[2] = {nullptr, nullptr};  // indexed by Stream
+  const CublasApi* cublas_api_ = nullptr;  // loaded with the first backend (cublas_loader.h)
   cublasHandle_t cublas_ = nullptr;
   std::unique_ptr<MemoryPool> pool_;
 
@@ -313,8 +316,9 @@ absl::Status CudaBackend::Init(const CudaOptions& options) {
   for (cudaStream_t& st : streams_) {
     TANDEM_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "cudaStreamCreate");
   }
-  TANDEM_CUBLAS_RETURN_IF_ERROR(cublasCreate(&cublas_), "cublasCreate");
-  TANDEM_CUBLAS_RETURN_IF_ERROR(cublasSetStream(cublas_, compute()), "cublasSetStream");
+  TANDEM_ASSIGN_OR_RETURN(cublas_api_, LoadCublas());
+  TANDEM_CUBLAS_RETURN_IF_ERROR(cublas_api_->create(&cublas_), "cublasCreate");
+  TANDEM_CUBLAS_RETURN_IF_ERROR(cublas_api_->set_stream(cublas_, compute()), "cublasSetStream");
 
   if (options.matvec_max_tokens != 0) {
     quant_matvec_max_tokens_ = float_matvec_max_tokens_ = std::max(0, options.matvec_max_tokens);
@@ -378,7 +382,7 @@ absl::Status CudaBackend::ReserveWorkspace(const WorkspaceSpec& spec) {
   const bool any_gemm = spec.max_tokens > std::min(quant_matvec_max_tokens_, float_matvec_max_tokens_);
   if (any_gemm && cublas_workspace_ == nullptr) {
     TANDEM_ASSIGN_OR_RETURN(cublas_workspace_, pool_->Alloc(kCublasWorkspaceBytes, "workspace: cuBLAS"));
-    TANDEM_CUBLAS_RETURN_IF_ERROR(cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspaceBytes),
+    TANDEM_CUBLAS_RETURN_IF_ERROR(cublas_api_->set_workspace(cublas_, cublas_workspace_, kCublasWorkspaceBytes),
                                   "cublasSetWorkspace");
   }
   if (any_gemm && cols > 0) {
@@ -402,6 +406,7 @@ absl::Status CudaBackend::ReserveWorkspace(const WorkspaceSpec& spec) {
 MatMulContext CudaBackend::MatMulCtx() const {
   MatMulContext ctx;
   ctx.stream = compute();
+  ctx.cublas_api = cublas_api_;
   ctx.cublas = cublas_workspace_ != nullptr ? cublas_ : nullptr;  // no cuBLAS until its workspace is ours
   ctx.x16 = x16_;
   ctx.x16_elems = x16_elems_;

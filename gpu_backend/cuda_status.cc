@@ -1,8 +1,9 @@
 #include "gpu_backend/cuda_status.h"
 
-#include <cublas_v2.h>
+#include <cublas_api.h>
 
 #include "core/status.h"
+#include "gpu_backend/cublas_loader.h"
 
 namespace tandem::gpu {
 
@@ -32,7 +33,11 @@ absl::Status CudaStatus(cudaError_t err, std::string_view what) {
 
 absl::Status CublasStatus(cublasStatus_t err, std::string_view what) {
   if (err == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
-  const std::string msg = Cat("cublas: ", what, ": ", cublasGetStatusString(err), " (", cublasGetStatusName(err), ")");
+  // Only reached once cuBLAS is loaded (a status comes from one of its calls), so its names are at hand.
+  absl::StatusOr<const CublasApi*> api = LoadCublas();
+  const std::string msg = api.ok() ? Cat("cublas: ", what, ": ", (*api)->status_string(err), " (",
+                                         (*api)->status_name(err), ")")
+                                   : Cat("cublas: ", what, ": status ", static_cast<int>(err));
   switch (err) {
     case CUBLAS_STATUS_ALLOC_FAILED:
       return absl::ResourceExhaustedError(msg);

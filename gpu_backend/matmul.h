@@ -9,11 +9,13 @@
 
 #include "absl/status/status.h"
 #include "cpu_backend/kernels.h"
+#include "gpu_backend/cublas_loader.h"
 
 namespace tandem::gpu {
 
 struct MatMulContext {
   cudaStream_t stream = nullptr;
+  const CublasApi* cublas_api = nullptr;  // the loaded library (cublas_loader.h)
   cublasHandle_t cublas = nullptr;  // bound to `stream`, with its workspace set
   void* x16 = nullptr;              // activations rounded to f16/bf16 for cuBLAS
   size_t x16_elems = 0;
