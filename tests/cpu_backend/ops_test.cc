@@ -371,24 +371,39 @@ TEST(Attention, CausalMaskIgnoresLaterRows) {
 
 // ---------------------------------------------------------------- SwiGLU and Add
 
+// Every ISA path (the AVX-512 one has its own e^x) against the double formula: NMSE and, per element, a few ulp.
 TEST(SwiGlu, MatchesDoubleFormula) {
-  for (int64_t n : {1, 17, 172, 70000}) {
-    const auto g = RandomNormal(static_cast<size_t>(n), 31, 4.0f);
-    const auto u = RandomNormal(static_cast<size_t>(n), 32);
-    std::vector<float> y(g.size()), ref(g.size());
-    Poison(y);
-    SwiGlu(g.data(), u.data(), n, y.data());
-    for (size_t i = 0; i < g.size(); ++i) ref[i] = static_cast<float>(g[i] / (1.0 + std::exp(-double{g[i]})) * u[i]);
-    EXPECT_LT(Nmse(y, ref), kTolF32) << n;
+  const Isa saved = ActiveIsa();
+  for (Isa isa : {Isa::kScalar, Isa::kAvx512}) {
+    if (static_cast<int>(isa) > static_cast<int>(DetectedIsa())) continue;
+    SetIsa(isa);
+    for (int64_t n : {1, 17, 172, 70000}) {
+      const auto g = RandomNormal(static_cast<size_t>(n), 31, 4.0f);
+      const auto u = RandomNormal(static_cast<size_t>(n), 32);
+      std::vector<float> y(g.size()), ref(g.size());
+      Poison(y);
+      SwiGlu(g.data(), u.data(), n, y.data());
+      double worst_rel = 0;
+      for (size_t i = 0; i < g.size(); ++i) {
+        const double want = g[i] / (1.0 + std::exp(-double{g[i]})) * u[i];
+        ref[i] = static_cast<float>(want);
+        if (std::abs(want) > 1e-30) worst_rel = std::max(worst_rel, std::abs(y[i] - want) / std::abs(want));
+      }
+      EXPECT_LT(Nmse(y, ref), kTolF32) << n << " isa " << static_cast<int>(isa);
+      EXPECT_LT(worst_rel, 4e-7) << n << " isa " << static_cast<int>(isa);  // about 4 ulp of float
+    }
+    // silu(0) = 0, silu(x) -> x for large x, -> 0 for very negative x; NaN stays NaN, silu(+inf) = inf.
+    const float g[5] = {0.0f, 30.0f, -100.0f, std::nanf(""), std::numeric_limits<float>::infinity()};
+    const float u[5] = {5.0f, 2.0f, 1.0f, 1.0f, 1.0f};
+    float y[5];
+    SwiGlu(g, u, 5, y);
+    EXPECT_EQ(y[0], 0.0f);
+    EXPECT_NEAR(y[1], 60.0f, 1e-4);
+    EXPECT_NEAR(y[2], 0.0f, 1e-30);
+    EXPECT_TRUE(std::isnan(y[3]));
+    EXPECT_EQ(y[4], std::numeric_limits<float>::infinity());
   }
-  // silu(0) = 0, silu(x) -> x for large x, -> 0 for very negative x.
-  const float g[3] = {0.0f, 30.0f, -100.0f};
-  const float u[3] = {5.0f, 2.0f, 1.0f};
-  float y[3];
-  SwiGlu(g, u, 3, y);
-  EXPECT_EQ(y[0], 0.0f);
-  EXPECT_NEAR(y[1], 60.0f, 1e-4);
-  EXPECT_NEAR(y[2], 0.0f, 1e-30);
+  SetIsa(saved);
 }
 
 TEST(Add, ElementwiseAndInPlace) {
