@@ -201,6 +201,21 @@ TEST(GgufRead, TensorDataPointsIntoTheFile) {
   for (int i = 0; i < 64; ++i) EXPECT_TRUE(std::isfinite(w[i]) && std::fabs(w[i]) < 100.0f) << i;
 }
 
+// Released pages (the CPU backend drops the mapped copy of weights it repacked) read back from the file unchanged.
+TEST(GgufRead, ReleasedPagesReadBackUnchanged) {
+  std::unique_ptr<GgufFile> f = MustOpen(ModelPath("stories260K.gguf"));
+  ASSERT_NE(f, nullptr);
+  const std::string raw = test::ReadFile(ModelPath("stories260K.gguf"));
+  const uint8_t* data = f->base() + f->data_offset();
+  const size_t n = f->file_size() - f->data_offset();
+  f->ReleasePages(data, n);
+  ASSERT_EQ(std::memcmp(data, raw.data() + f->data_offset(), n), 0);
+  // Ranges outside the mapping, or empty, are ignored.
+  f->ReleasePages(raw.data(), raw.size());
+  f->ReleasePages(data, 0);
+  ASSERT_EQ(std::memcmp(f->base(), raw.data(), raw.size()), 0);
+}
+
 // Every model, rewritten from what was read, is byte-identical to the original (same layout: gguf-py and
 // llama-quantize pad each tensor to the alignment, as the writer does).
 TEST(GgufWrite, EveryModelRoundTripsByteIdentical) {
