@@ -29,7 +29,7 @@ constexpr DType kMatMulTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DTyp
                                   DType::kQ5_0, DType::kQ5_1, DType::kQ8_0, DType::kQ2_K, DType::kQ3_K,
                                   DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
 
-class CpuBackend final : public Backend {
+class CpuBackend final : public CpuBackendApi {
  public:
   explicit CpuBackend(const CpuBackendOptions& options)
       : capacity_(options.capacity), repack_(ResolveRepack(options.repack)) {
@@ -147,7 +147,14 @@ class CpuBackend final : public Backend {
                                   " reserved"));
       return;
     }
-    cpu::MatMul(w, x, n_tok, y, matmul_scratch_);
+    cpu::MatMul(w, x, n_tok, y, matmul_scratch_, AffinityFor(w, n_tok));
+  }
+
+  // ---- NUMA ----
+  void SetThreadNodes(std::vector<int> thread_node) override { thread_node_ = std::move(thread_node); }
+  void SetRowNodes(const void* data, std::vector<cpu::RowNodeRange> ranges) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    row_nodes_[data] = std::move(ranges);
   }
   void Rope(float* x, int64_t n_tok, const int32_t* pos, const RopeParams& p) override { cpu::Rope(x, n_tok, pos, p); }
   void KvStore(const KvLayer& kv, const float* k, const float* v, int64_t n_tok, int64_t pos0) override {
@@ -209,6 +216,22 @@ class CpuBackend final : public Backend {
     if (error_.ok()) error_ = std::move(status);
   }
 
+  // A matrix split across nodes is always computed node by node. One that lives whole on one node (an expert under
+  // shard) is left to that node's threads only for small batches, which are bound by its memory; a prefill batch
+  // is bound by arithmetic and takes every thread.
+  const cpu::MatMulAffinity* AffinityFor(const WeightMatrix& w, int64_t n_tok) {
+    constexpr int64_t kLocalOnlyMaxTokens = 8;
+    if (thread_node_.empty() || !w.packed) return nullptr;
+    auto it = row_nodes_.find(w.data);  // written at load only, so read without the lock
+    if (it == row_nodes_.end() || it->second.empty()) return nullptr;
+    const std::vector<cpu::RowNodeRange>& ranges = it->second;
+    const bool split = std::any_of(ranges.begin(), ranges.end(),
+                                   [&](const cpu::RowNodeRange& r) { return r.node != ranges.front().node; });
+    if (!split && n_tok > kLocalOnlyMaxTokens) return nullptr;
+    affinity_ = cpu::MatMulAffinity{.ranges = ranges, .thread_node = thread_node_};
+    return &affinity_;
+  }
+
   void ReleaseWorkspace() {
     Free(matmul_scratch_);
     Free(attention_scratch_);
@@ -224,6 +247,10 @@ class CpuBackend final : public Backend {
   size_t peak_ = 0;
   int n_events_ = 0;
   absl::Status error_;
+
+  std::vector<int> thread_node_;  // empty: no NUMA affinity
+  absl::flat_hash_map<const void*, std::vector<cpu::RowNodeRange>> row_nodes_;
+  cpu::MatMulAffinity affinity_;  // the current MatMul's (calls on one backend are sequential)
 
   void* matmul_scratch_ = nullptr;
   size_t matmul_scratch_bytes_ = 0;
@@ -243,7 +270,7 @@ bool ResolveRepack(Repack r) {
   return r == Repack::kOn;
 }
 
-std::unique_ptr<Backend> CreateCpuBackend(const CpuBackendOptions& options) {
+std::unique_ptr<CpuBackendApi> CreateCpuBackend(const CpuBackendOptions& options) {
   return std::make_unique<CpuBackend>(options);
 }
 

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "graph/backend.h"
 
@@ -24,6 +25,16 @@ struct CpuBackendOptions {
 // kAuto resolved against the environment and the active ISA.
 bool ResolveRepack(Repack r);
 
-std::unique_ptr<Backend> CreateCpuBackend(const CpuBackendOptions& options);
+// The CPU backend's own extras beyond Backend: where repacked weights live on a multi-socket machine, so that each
+// thread computes the rows in its own node's memory (cpu::MatMulAffinity).
+class CpuBackendApi : public Backend {
+ public:
+  // OpenMP thread i runs on NUMA node thread_node[i] (the pinned workers of graph/numa_plan.h).
+  virtual void SetThreadNodes(std::vector<int> thread_node) = 0;
+  // The row groups of the repacked matrix at `data` (as returned by PrepareMatMulWeights) and their nodes.
+  virtual void SetRowNodes(const void* data, std::vector<cpu::RowNodeRange> ranges) = 0;
+};
+
+std::unique_ptr<CpuBackendApi> CreateCpuBackend(const CpuBackendOptions& options);
 
 }  // namespace tandem

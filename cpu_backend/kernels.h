@@ -5,6 +5,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
+#include <vector>
 
 #include "core/dtype.h"
 
@@ -25,8 +27,23 @@ struct WeightMatrix {
 // ---- matmul.cc: y[t][r] = dot(W[r], x[t]) ----
 // x is quantized to VecDotType(w.type) first, exactly as llama.cpp does, into `scratch`.
 size_t MatMulScratchBytes(DType wtype, int64_t cols, int64_t n_tok);
-// Threads come from OpenMP. Rows are split across threads; x is quantized once.
-void MatMul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y, void* scratch);
+// Where the rows of a repacked matrix live on a multi-socket machine (graph/numa_plan.h places them), and which
+// node each OpenMP thread runs on: with it, each thread computes the row groups in its own node's memory.
+struct RowNodeRange {
+  int64_t group_begin = 0, group_end = 0;  // row groups of 16 (repack.h)
+  int node = 0;
+};
+struct MatMulAffinity {
+  std::span<const RowNodeRange> ranges;  // together they cover every row group once
+  std::span<const int> thread_node;      // OpenMP thread i runs on node thread_node[i]
+};
+// Threads come from OpenMP. Rows are split across threads; x is quantized once. With an affinity (packed weights
+// only), a thread takes row groups on its own node first. Results do not depend on who computes what.
+void MatMul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y, void* scratch,
+            const MatMulAffinity* affinity = nullptr);
+// The work order MatMul follows under an affinity: for each thread, the ranges it serves, own node first; a range
+// whose node has no thread is served by every thread. Exposed for tests.
+std::vector<std::vector<int>> AffinityRangeOrder(const MatMulAffinity& a, int n_threads);
 // Naive reference: dequantize W with core::DequantizeRow, round x through the same activation type with the
 // core quantizers and dequantize it back, accumulate in double.
 void MatMulRef(const WeightMatrix& w, const float* x, int64_t n_tok, float* y);

@@ -4,7 +4,9 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <vector>
 
 #include "core/quant.h"
 #include "core/status.h"
@@ -138,7 +140,8 @@ size_t PackedActScratchBytes(DType wtype, int64_t cols, int64_t n_tok) {
 
 // Packed weights (repack.h): row groups of 16 split across threads in chunks that stay in L2 while the token
 // tiles pass over them.
-void PackedMatMul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y, void* scratch) {
+void PackedMatMul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y, void* scratch,
+                  const MatMulAffinity* affinity) {
   const Isa isa = ActiveIsa();
   internal::PackedKernelFn kernel = isa == Isa::kAvx512 ? internal::Avx512PackedKernel(w.type) : nullptr;
   if (kernel == nullptr) kernel = internal::ScalarPackedKernel(w.type);
@@ -161,6 +164,18 @@ void PackedMatMul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y
   if (n_tok > 1) chunk = std::min<int64_t>(chunk, std::max<size_t>(1, kChunkBytesPrefill / group_bytes));
   const int64_t n_chunks = (n_groups + chunk - 1) / chunk;
 
+  // Under an affinity, each range keeps a chunk counter (few ranges: one or two per node).
+  const std::vector<std::vector<int>> order =
+      affinity != nullptr && n_threads > 1 ? AffinityRangeOrder(*affinity, n_threads) : std::vector<std::vector<int>>{};
+  constexpr size_t kMaxRanges = 64;
+  TANDEM_CHECK(order.empty() || affinity->ranges.size() <= kMaxRanges);
+  std::atomic<int64_t> next_chunk[kMaxRanges];
+  for (auto& n : next_chunk) n.store(0, std::memory_order_relaxed);
+  std::vector<int> all_ranges;
+  if (!order.empty()) {
+    for (int r = 0; r < static_cast<int>(affinity->ranges.size()); ++r) all_ranges.push_back(r);
+  }
+
 #pragma omp parallel num_threads(n_threads)
   {
 #pragma omp for schedule(static)
@@ -168,14 +183,31 @@ void PackedMatMul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y
       internal::QuantizePackedAct(w.type, x + t * w.cols, w.cols, xq + static_cast<size_t>(t / tile_len) * tile_bytes,
                                   capacity, static_cast<int>(t % tile_len), isa);
     }
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t c = 0; c < n_chunks; ++c) {
-      const int64_t g1 = std::min(n_groups, (c + 1) * chunk);
+    // Row groups [g0, g1): every token tile over each group, tiles outermost so the groups stay in L2.
+    auto run_groups = [&](int64_t g0, int64_t g1) {
       for (int64_t t0 = 0; t0 < n_tok; t0 += tile_len) {
         const int n_x = static_cast<int>(std::min<int64_t>(tile_len, n_tok - t0));
-        for (int64_t g = c * chunk; g < g1; ++g) {
+        for (int64_t g = g0; g < g1; ++g) {
           kernel(wbase + static_cast<size_t>(g) * group_bytes, nb, xq + static_cast<size_t>(t0 / tile_len) * tile_bytes,
                  capacity, n_x, y + t0 * w.rows + g * kPackRows, static_cast<size_t>(w.rows));
+        }
+      }
+    };
+    if (order.empty()) {
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t c = 0; c < n_chunks; ++c) run_groups(c * chunk, std::min(n_groups, (c + 1) * chunk));
+    } else {
+      // Chunks of each range are handed out by that range's counter; a thread serves its own node's ranges first.
+      // A team smaller than planned (nested inside another parallel region) serves every range.
+      const auto tid = static_cast<size_t>(omp_get_thread_num());
+      const bool full_team = omp_get_num_threads() == n_threads;
+      for (int r : full_team ? order[tid] : all_ranges) {
+        const RowNodeRange& range = affinity->ranges[static_cast<size_t>(r)];
+        for (;;) {
+          const int64_t c = next_chunk[r].fetch_add(1, std::memory_order_relaxed);
+          const int64_t g0 = range.group_begin + c * chunk;
+          if (g0 >= range.group_end) break;
+          run_groups(g0, std::min(range.group_end, g0 + chunk));
         }
       }
     }
@@ -190,7 +222,28 @@ size_t MatMulScratchBytes(DType wtype, int64_t cols, int64_t n_tok) {
   return bytes;
 }
 
-void MatMul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y, void* scratch) {
+std::vector<std::vector<int>> AffinityRangeOrder(const MatMulAffinity& a, int n_threads) {
+  std::vector<std::vector<int>> order(static_cast<size_t>(std::max(n_threads, 1)));
+  auto has_thread = [&](int node) {
+    for (int t = 0; t < n_threads && t < static_cast<int>(a.thread_node.size()); ++t) {
+      if (a.thread_node[static_cast<size_t>(t)] == node) return true;
+    }
+    return false;
+  };
+  for (int t = 0; t < n_threads; ++t) {
+    const int node = t < static_cast<int>(a.thread_node.size()) ? a.thread_node[static_cast<size_t>(t)] : -1;
+    for (int r = 0; r < static_cast<int>(a.ranges.size()); ++r) {
+      if (a.ranges[static_cast<size_t>(r)].node == node) order[static_cast<size_t>(t)].push_back(r);
+    }
+    for (int r = 0; r < static_cast<int>(a.ranges.size()); ++r) {  // ranges no thread is local to
+      if (!has_thread(a.ranges[static_cast<size_t>(r)].node)) order[static_cast<size_t>(t)].push_back(r);
+    }
+  }
+  return order;
+}
+
+void MatMul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y, void* scratch,
+            const MatMulAffinity* affinity) {
   const DType vdt = VecDotType(w.type);
   const int64_t block = Traits(w.type).block_elems;
   TANDEM_CHECK(w.cols % block == 0);
@@ -199,7 +252,7 @@ void MatMul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y, void
   TANDEM_CHECK(w_stride >= row_bytes);
   if (w.rows == 0 || n_tok == 0) return;
   if (w.packed) {
-    PackedMatMul(w, x, n_tok, y, scratch);
+    PackedMatMul(w, x, n_tok, y, scratch, affinity);
     return;
   }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 
 #include "absl/container/flat_hash_set.h"
 
@@ -51,6 +52,14 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& opts) 
   std::erase_if(weights, [&](const WeightTensor& t) { return !cpu_tensors.contains(t.name); });
   TANDEM_ASSIGN_OR_RETURN(e->numa_, PlanNuma(*e->topology_, std::move(weights),
                                              NumaPlanOptions{.policy = numa_policy, .max_threads = opts.n_threads}));
+  // Under shard on several nodes, each worker's node steers which rows it computes (CpuBackendApi).
+  if (e->numa_.policy == NumaPolicy::kShard) {
+    std::vector<int> thread_node;
+    for (const NumaWorker& w : e->numa_.workers) thread_node.push_back(w.node);
+    if (std::adjacent_find(thread_node.begin(), thread_node.end(), std::not_equal_to<>()) != thread_node.end()) {
+      e->cpu_->SetThreadNodes(std::move(thread_node));
+    }
+  }
   // Binding can be refused (containers without CAP_SYS_NICE); the answers are the same, only slower.
   if (absl::StatusOr<MembindReport> bound = ApplyNumaPlan(*e->topology_, e->numa_, *e->file_); !bound.ok()) {
     std::fprintf(stderr, "warning: NUMA placement not applied: %s\n", Message(bound.status()).c_str());
@@ -60,12 +69,20 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& opts) 
   // The CPU's repacked copies go where the plan put the file's pages: each group of 16 rows with its rows.
   TANDEM_ASSIGN_OR_RETURN(std::vector<MemoryRegion> file_regions, NumaMemoryRegions(e->numa_, *e->file_));
   if (!file_regions.empty()) {
-    xo.on_cpu_copy = [file_regions, topo = e->topology_.get(), warned = false](
+    xo.on_cpu_copy = [file_regions, topo = e->topology_.get(), cpu = e->cpu_.get(), warned = false](
                          const WeightMatrix& original, const WeightMatrix& copy) mutable -> absl::Status {
       if (!copy.packed) return absl::OkStatus();
       const size_t group_bytes = cpu::PackedBytes(original) / static_cast<size_t>(original.rows / cpu::kPackRows);
       const std::vector<MemoryRegion> regions =
           CopyRegions(file_regions, original, copy.data, cpu::kPackRows, group_bytes);
+      // The same ranges, as row groups, so the CPU's threads compute the rows of their own node.
+      std::vector<cpu::RowNodeRange> ranges;
+      for (const MemoryRegion& r : regions) {
+        const auto first = static_cast<int64_t>((static_cast<const uint8_t*>(r.addr) -
+                                                 static_cast<const uint8_t*>(copy.data)) / group_bytes);
+        ranges.push_back({first, first + static_cast<int64_t>(r.bytes / group_bytes), r.node});
+      }
+      cpu->SetRowNodes(copy.data, std::move(ranges));
       if (absl::StatusOr<MembindReport> bound = BindRegions(*topo, regions); !bound.ok() && !warned) {
         std::fprintf(stderr, "warning: NUMA placement of repacked weights not applied: %s\n",
                      Message(bound.status()).c_str());

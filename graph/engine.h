@@ -61,7 +61,7 @@ class Engine {
   std::unique_ptr<GgufFile> file_;
   ModelConfig cfg_;
   std::unique_ptr<Tokenizer> tokenizer_;
-  std::unique_ptr<Backend> cpu_;
+  std::unique_ptr<CpuBackendApi> cpu_;
   std::unique_ptr<Backend> gpu_;
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<Topology> topology_;

@@ -9,7 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "core/quant.h"
 #include "core/status.h"
+#include "cpu_backend/repack.h"
 #include "tests/testutil.h"
 
 namespace tandem {
@@ -216,6 +218,42 @@ TEST(CpuBackend, InlineVectorOps) {
   EXPECT_EQ(ids[1], 2);
   EXPECT_NEAR(w[0], 0.6f, 1e-6);
   EXPECT_NEAR(w[1], 0.4f, 1e-6);
+}
+
+// Repacking through PrepareMatMulWeights: the packed copy is the backend's memory, gives the GGUF rows' products,
+// and computing it node by node (SetThreadNodes / SetRowNodes, as under --numa shard) changes nothing.
+TEST(CpuBackend, RepackedWeightsAndNumaRows) {
+  for (Repack mode : {Repack::kOff, Repack::kOn}) {
+    auto b = CreateCpuBackend(CpuBackendOptions{.n_threads = 2, .repack = mode});
+    const int64_t rows = 64, cols = 256, n_tok = 3;
+    const std::vector<float> wf = RandomNormal(static_cast<size_t>(rows * cols), 41);
+    std::vector<uint8_t> q(RowBytes(DType::kQ4_0, cols) * rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      ASSERT_TRUE(QuantizeRow(DType::kQ4_0, wf.data() + r * cols, q.data() + r * RowBytes(DType::kQ4_0, cols), cols)
+                      .ok());
+    }
+    const WeightMatrix w{.type = DType::kQ4_0, .data = q.data(), .rows = rows, .cols = cols,
+                         .row_stride = RowBytes(DType::kQ4_0, cols)};
+    const size_t before = b->bytes_in_use();
+    absl::StatusOr<WeightMatrix> prepared = b->PrepareMatMulWeights(w, "test weight");
+    ASSERT_TRUE(prepared.ok()) << prepared.status();
+    EXPECT_EQ(prepared->packed, mode == Repack::kOn);
+    EXPECT_EQ(b->bytes_in_use() - before, mode == Repack::kOn ? cpu::PackedBytes(w) : 0u);
+    ASSERT_TRUE(b->ReserveWorkspace(WorkspaceSpec{.max_tokens = n_tok, .max_cols = cols, .max_rows = rows,
+                                                  .n_ctx = 8, .n_head = 1}).ok());
+    const std::vector<float> x = RandomNormal(static_cast<size_t>(cols * n_tok), 42);
+    std::vector<float> want(static_cast<size_t>(rows * n_tok)), got(want.size()), split(want.size());
+    cpu::MatMulRef(w, x.data(), n_tok, want.data());
+    Poison(got);
+    b->MatMul(*prepared, x.data(), n_tok, got.data());
+    EXPECT_LT(Nmse(got, want), 1e-11);
+    b->SetThreadNodes({0, 1});
+    b->SetRowNodes(prepared->data, {{0, 1, 1}, {1, 4, 0}});
+    Poison(split);
+    b->MatMul(*prepared, x.data(), n_tok, split.data());
+    EXPECT_EQ(std::memcmp(split.data(), got.data(), got.size() * sizeof(float)), 0);
+    EXPECT_TRUE(b->TakeError().ok());
+  }
 }
 
 TEST(CpuBackend, ThreadOption) {

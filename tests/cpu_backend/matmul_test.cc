@@ -286,6 +286,46 @@ TEST_P(PackedMatMulTest, MatchesReference) {
 std::string TypeIsaName(const testing::TestParamInfo<std::tuple<DType, Isa>>& info) {
   return std::string(DTypeName(std::get<0>(info.param))) + "_" + IsaName(std::get<1>(info.param));
 }
+// Under a NUMA affinity each thread computes its own node's row groups first; the products do not change.
+TEST(MatMulAffinity, RangeOrderServesOwnNodeThenOrphans) {
+  const RowNodeRange ranges[] = {{0, 10, 0}, {10, 20, 1}, {20, 30, 2}, {30, 40, 0}};
+  const int thread_node[] = {0, 1};
+  const std::vector<std::vector<int>> order = AffinityRangeOrder({.ranges = ranges, .thread_node = thread_node}, 2);
+  ASSERT_EQ(order.size(), 2u);
+  EXPECT_EQ(order[0], (std::vector<int>{0, 3, 2}));  // node 0's ranges, then node 2's, which has no thread
+  EXPECT_EQ(order[1], (std::vector<int>{1, 2}));
+}
+
+TEST(MatMulAffinity, SameProductsWhoeverComputesThem) {
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(2);
+  for (DType type : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K}) {
+    const int64_t rows = 20 * kPackRows, cols = 2 * Traits(type).block_elems * 8;
+    for (int64_t n_tok : {1, 9}) {
+      const Problem& p = GetProblem(type, rows, cols, n_tok, 0, 900);
+      std::vector<uint8_t> packed(PackedBytes(p.w.m));
+      const WeightMatrix pm = Repack(p.w.m, packed.data());
+      std::vector<uint8_t> scratch(MatMulScratchBytes(type, cols, n_tok));
+      std::vector<float> plain(static_cast<size_t>(rows * n_tok));
+      MatMul(pm, p.x.data(), n_tok, plain.data(), scratch.data());
+      const RowNodeRange split[] = {{0, 7, 1}, {7, 20, 0}};
+      const RowNodeRange whole_on_one[] = {{0, 20, 1}};
+      const RowNodeRange orphan[] = {{0, 5, 0}, {5, 20, 3}};
+      const int two_nodes[] = {0, 1};
+      const int one_node[] = {0, 0};
+      for (const MatMulAffinity& a : {MatMulAffinity{split, two_nodes}, MatMulAffinity{whole_on_one, two_nodes},
+                                      MatMulAffinity{orphan, two_nodes}, MatMulAffinity{split, one_node}}) {
+        std::vector<float> y(plain.size());
+        Poison(y);
+        MatMul(pm, p.x.data(), n_tok, y.data(), scratch.data(), &a);
+        EXPECT_EQ(std::memcmp(y.data(), plain.data(), y.size() * sizeof(float)), 0)
+            << DTypeName(type) << " n_tok=" << n_tok << " ranges=" << a.ranges.size();
+      }
+    }
+  }
+  omp_set_num_threads(saved);
+}
+
 INSTANTIATE_TEST_SUITE_P(AllTypes, MatMulTest,
                          testing::Combine(testing::ValuesIn(kWeightTypes),
                                           testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512)),
