@@ -109,6 +109,18 @@ void QuantizeActivationRow(DType wtype, const float* x, void* dst, int64_t n, Is
   }
 }
 
+bool ServesRange(const MatMulAffinity& a, int n_threads, int thread, int range, int pass) {
+  auto node_of = [&](int t) {
+    return t < static_cast<int>(a.thread_node.size()) ? a.thread_node[static_cast<size_t>(t)] : -1;
+  };
+  const int node = a.ranges[static_cast<size_t>(range)].node;
+  if (pass == 0) return node_of(thread) == node;  // its own node's ranges
+  for (int t = 0; t < n_threads; ++t) {          // then ranges no thread is local to
+    if (node_of(t) == node) return false;
+  }
+  return true;
+}
+
 VecDotFn PickVecDot(DType wtype, Isa isa) {
   VecDotFn fn = nullptr;
   if (isa == Isa::kAvx512) fn = Avx512VecDot(wtype);
@@ -164,17 +176,12 @@ void PackedMatMul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y
   if (n_tok > 1) chunk = std::min<int64_t>(chunk, std::max<size_t>(1, kChunkBytesPrefill / group_bytes));
   const int64_t n_chunks = (n_groups + chunk - 1) / chunk;
 
-  // Under an affinity, each range keeps a chunk counter (few ranges: one or two per node).
-  const std::vector<std::vector<int>> order =
-      affinity != nullptr && n_threads > 1 ? AffinityRangeOrder(*affinity, n_threads) : std::vector<std::vector<int>>{};
+  // Under an affinity, each range keeps a chunk counter (few ranges: one or two per node). Nothing is allocated.
+  const bool by_node = affinity != nullptr && n_threads > 1;
   constexpr size_t kMaxRanges = 64;
-  TANDEM_CHECK(order.empty() || affinity->ranges.size() <= kMaxRanges);
+  TANDEM_CHECK(!by_node || affinity->ranges.size() <= kMaxRanges);
   std::atomic<int64_t> next_chunk[kMaxRanges];
   for (auto& n : next_chunk) n.store(0, std::memory_order_relaxed);
-  std::vector<int> all_ranges;
-  if (!order.empty()) {
-    for (int r = 0; r < static_cast<int>(affinity->ranges.size()); ++r) all_ranges.push_back(r);
-  }
 
 #pragma omp parallel num_threads(n_threads)
   {
@@ -193,21 +200,24 @@ void PackedMatMul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y
         }
       }
     };
-    if (order.empty()) {
+    if (!by_node) {
 #pragma omp for schedule(dynamic, 1)
       for (int64_t c = 0; c < n_chunks; ++c) run_groups(c * chunk, std::min(n_groups, (c + 1) * chunk));
     } else {
-      // Chunks of each range are handed out by that range's counter; a thread serves its own node's ranges first.
-      // A team smaller than planned (nested inside another parallel region) serves every range.
-      const auto tid = static_cast<size_t>(omp_get_thread_num());
+      // Chunks of each range are handed out by that range's counter; a thread serves its own node's ranges, then
+      // those of nodes without threads. A team smaller than planned (nested in another parallel region) serves all.
+      const int tid = omp_get_thread_num();
       const bool full_team = omp_get_num_threads() == n_threads;
-      for (int r : full_team ? order[tid] : all_ranges) {
-        const RowNodeRange& range = affinity->ranges[static_cast<size_t>(r)];
-        for (;;) {
-          const int64_t c = next_chunk[r].fetch_add(1, std::memory_order_relaxed);
-          const int64_t g0 = range.group_begin + c * chunk;
-          if (g0 >= range.group_end) break;
-          run_groups(g0, std::min(range.group_end, g0 + chunk));
+      for (int pass = 0; pass < 2; ++pass) {
+        for (int r = 0; r < static_cast<int>(affinity->ranges.size()); ++r) {
+          if (full_team ? !internal::ServesRange(*affinity, n_threads, tid, r, pass) : pass == 1) continue;
+          const RowNodeRange& range = affinity->ranges[static_cast<size_t>(r)];
+          for (;;) {
+            const int64_t c = next_chunk[r].fetch_add(1, std::memory_order_relaxed);
+            const int64_t g0 = range.group_begin + c * chunk;
+            if (g0 >= range.group_end) break;
+            run_groups(g0, std::min(range.group_end, g0 + chunk));
+          }
         }
       }
     }
@@ -224,19 +234,11 @@ size_t MatMulScratchBytes(DType wtype, int64_t cols, int64_t n_tok) {
 
 std::vector<std::vector<int>> AffinityRangeOrder(const MatMulAffinity& a, int n_threads) {
   std::vector<std::vector<int>> order(static_cast<size_t>(std::max(n_threads, 1)));
-  auto has_thread = [&](int node) {
-    for (int t = 0; t < n_threads && t < static_cast<int>(a.thread_node.size()); ++t) {
-      if (a.thread_node[static_cast<size_t>(t)] == node) return true;
-    }
-    return false;
-  };
   for (int t = 0; t < n_threads; ++t) {
-    const int node = t < static_cast<int>(a.thread_node.size()) ? a.thread_node[static_cast<size_t>(t)] : -1;
-    for (int r = 0; r < static_cast<int>(a.ranges.size()); ++r) {
-      if (a.ranges[static_cast<size_t>(r)].node == node) order[static_cast<size_t>(t)].push_back(r);
-    }
-    for (int r = 0; r < static_cast<int>(a.ranges.size()); ++r) {  // ranges no thread is local to
-      if (!has_thread(a.ranges[static_cast<size_t>(r)].node)) order[static_cast<size_t>(t)].push_back(r);
+    for (int pass = 0; pass < 2; ++pass) {
+      for (int r = 0; r < static_cast<int>(a.ranges.size()); ++r) {
+        if (internal::ServesRange(a, n_threads, t, r, pass)) order[static_cast<size_t>(t)].push_back(r);
+      }
     }
   }
   return order;

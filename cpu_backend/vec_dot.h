@@ -74,6 +74,10 @@ VecDotFn ScalarVecDot(DType wtype);
 VecDotFn Avx2VecDot(DType wtype);    // call only when DetectedIsa() >= kAvx2
 VecDotFn Avx512VecDot(DType wtype);  // call only when DetectedIsa() == kAvx512
 
+// MatMul under an affinity: whether `thread` (of n_threads) serves ranges[range] in pass 0 (its own node's) or
+// pass 1 (ranges of nodes without a thread).
+bool ServesRange(const MatMulAffinity& a, int n_threads, int thread, int range, int pass);
+
 // The kernel MatMul uses for `wtype` under `isa` (best available at or below it).
 VecDotFn PickVecDot(DType wtype, Isa isa);
 
