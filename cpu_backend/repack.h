@@ -44,10 +44,11 @@ namespace internal {
 size_t PackedBlockBytes(DType type);
 
 // ---- Activations for the packed kernels ----
-// Tokens go in tiles of up to kPackedTokTile (a tile's capacity: kPackedTokTile, or 1 for a single token, whose
-// activations then stay compact enough for L1 while every row group passes over them); within a tile the activations are stored unit by unit (a unit is a block
-// of 32 for Q4_0/Q8_0, a super-block of 256 for Q4_K), so that every token of the tile sits at a fixed offset
-// from the unit's start and the kernels need one address register, not one per token. A unit holds
+// Tokens go in tiles of up to kPackedTokTile. A tile's capacity is kPackedTokTile, or 1 for a single token, whose
+// activations then stay compact enough for L1 while every row group passes over them. Within a tile the
+// activations are stored unit by unit (a unit is a block of 32 for Q4_0/Q8_0, a super-block of 256 for Q4_K), so
+// every token of the tile sits at a fixed offset from the unit's start and the kernels need one address
+// register, not one per token. A unit holds
 //   int8  qs[capacity][Q]         the llama.cpp activation quants (Q8_0 for Q4_0/Q8_0 weights, Q8_K for Q4_K)
 //   float d[capacity]             their scale
 //   int32 aux[capacity][A]        Q4_0/Q8_0 (A = 1): -offset * sum(qs), offset 8 or 128, so that a dot product of

@@ -28,10 +28,11 @@ absl::Status Gemm(const MatMulContext& ctx, int64_t m, int64_t nt, int64_t k, co
                   int64_t lda, const void* b, cudaDataType b_type, float* c, int64_t ldc) {
   const float one = 1.0f;
   const float zero = 0.0f;
-  return CublasStatus(ctx.cublas_api->gemm_ex(ctx.cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(m), static_cast<int>(nt),
-                                   static_cast<int>(k), &one, a, a_type, static_cast<int>(lda), b, b_type,
-                                   static_cast<int>(k), &zero, c, CUDA_R_32F, static_cast<int>(ldc),
-                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+  return CublasStatus(ctx.cublas_api->gemm_ex(ctx.cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(m),
+                                              static_cast<int>(nt), static_cast<int>(k), &one, a, a_type,
+                                              static_cast<int>(lda), b, b_type, static_cast<int>(k), &zero, c,
+                                              CUDA_R_32F, static_cast<int>(ldc), CUBLAS_COMPUTE_32F,
+                                              CUBLAS_GEMM_DEFAULT),
                       "cublasGemmEx");
 }
 

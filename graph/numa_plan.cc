@@ -286,7 +286,9 @@ std::vector<MemoryRegion> CopyRegions(std::span<const MemoryRegion> file_regions
     if (g0 >= g1) continue;
     const uint8_t* addr = static_cast<const uint8_t*>(copy) + static_cast<size_t>(g0) * group_bytes;
     const size_t bytes = static_cast<size_t>(g1 - g0) * group_bytes;
-    if (!out.empty() && out.back().node == r.node && static_cast<const uint8_t*>(out.back().addr) + out.back().bytes == addr) {
+    const bool continues = !out.empty() && out.back().node == r.node &&
+                           static_cast<const uint8_t*>(out.back().addr) + out.back().bytes == addr;
+    if (continues) {
       out.back().bytes += bytes;
     } else {
       out.push_back(MemoryRegion{.addr = addr, .bytes = bytes, .node = r.node});

@@ -400,7 +400,8 @@ TEST(CopyRegions, ShardKeepsEachRepackedExpertOnItsNode) {
   absl::StatusOr<ModelConfig> cfg = LoadModelConfig(**file);
   ASSERT_TRUE(cfg.ok()) << cfg.status();
   auto topo = Load(Topology::Synthetic("pack:2 numa:2 core:8 pu:2"));
-  absl::StatusOr<NumaPlan> plan = PlanNuma(*topo, WeightTensorsOf((*file)->tensors(), *cfg), {.policy = NumaPolicy::kShard});
+  absl::StatusOr<NumaPlan> plan =
+      PlanNuma(*topo, WeightTensorsOf((*file)->tensors(), *cfg), {.policy = NumaPolicy::kShard});
   ASSERT_TRUE(plan.ok()) << plan.status();
   absl::StatusOr<std::vector<MemoryRegion>> file_regions = NumaMemoryRegions(*plan, **file);
   ASSERT_TRUE(file_regions.ok()) << file_regions.status();
