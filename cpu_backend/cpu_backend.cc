@@ -228,7 +228,8 @@ class CpuBackend final : public CpuBackendApi {
     const bool split = std::any_of(ranges.begin(), ranges.end(),
                                    [&](const cpu::RowNodeRange& r) { return r.node != ranges.front().node; });
     if (!split && n_tok > kLocalOnlyMaxTokens) return nullptr;
-    affinity_ = cpu::MatMulAffinity{.ranges = ranges, .thread_node = thread_node_};
+    affinity_ = cpu::MatMulAffinity{.ranges = ranges.data(), .n_ranges = ranges.size(),
+                                  .thread_node = thread_node_.data(), .n_thread_nodes = thread_node_.size()};
     return &affinity_;
   }
 

@@ -5,7 +5,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <span>
 #include <vector>
 
 #include "core/dtype.h"
@@ -33,9 +32,12 @@ struct RowNodeRange {
   int64_t group_begin = 0, group_end = 0;  // row groups of 16 (repack.h)
   int node = 0;
 };
+// Plain pointers and counts: this header is also compiled as C++17 by nvcc, which has no std::span.
 struct MatMulAffinity {
-  std::span<const RowNodeRange> ranges;  // together they cover every row group once
-  std::span<const int> thread_node;      // OpenMP thread i runs on node thread_node[i]
+  const RowNodeRange* ranges = nullptr;  // together they cover every row group once
+  size_t n_ranges = 0;
+  const int* thread_node = nullptr;      // OpenMP thread i runs on node thread_node[i]
+  size_t n_thread_nodes = 0;
 };
 // Threads come from OpenMP. Rows are split across threads; x is quantized once. With an affinity (packed weights
 // only), a thread takes row groups on its own node first. Results do not depend on who computes what.

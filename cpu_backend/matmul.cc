@@ -111,9 +111,9 @@ void QuantizeActivationRow(DType wtype, const float* x, void* dst, int64_t n, Is
 
 bool ServesRange(const MatMulAffinity& a, int n_threads, int thread, int range, int pass) {
   auto node_of = [&](int t) {
-    return t < static_cast<int>(a.thread_node.size()) ? a.thread_node[static_cast<size_t>(t)] : -1;
+    return t < static_cast<int>(a.n_thread_nodes) ? a.thread_node[t] : -1;
   };
-  const int node = a.ranges[static_cast<size_t>(range)].node;
+  const int node = a.ranges[range].node;
   if (pass == 0) return node_of(thread) == node;  // its own node's ranges
   for (int t = 0; t < n_threads; ++t) {          // then ranges no thread is local to
     if (node_of(t) == node) return false;
@@ -179,7 +179,7 @@ void PackedMatMul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y
   // Under an affinity, each range keeps a chunk counter (few ranges: one or two per node). Nothing is allocated.
   const bool by_node = affinity != nullptr && n_threads > 1;
   constexpr size_t kMaxRanges = 64;
-  TANDEM_CHECK(!by_node || affinity->ranges.size() <= kMaxRanges);
+  TANDEM_CHECK(!by_node || affinity->n_ranges <= kMaxRanges);
   std::atomic<int64_t> next_chunk[kMaxRanges];
   for (auto& n : next_chunk) n.store(0, std::memory_order_relaxed);
 
@@ -209,9 +209,9 @@ void PackedMatMul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y
       const int tid = omp_get_thread_num();
       const bool full_team = omp_get_num_threads() == n_threads;
       for (int pass = 0; pass < 2; ++pass) {
-        for (int r = 0; r < static_cast<int>(affinity->ranges.size()); ++r) {
+        for (int r = 0; r < static_cast<int>(affinity->n_ranges); ++r) {
           if (full_team ? !internal::ServesRange(*affinity, n_threads, tid, r, pass) : pass == 1) continue;
-          const RowNodeRange& range = affinity->ranges[static_cast<size_t>(r)];
+          const RowNodeRange& range = affinity->ranges[r];
           for (;;) {
             const int64_t c = next_chunk[r].fetch_add(1, std::memory_order_relaxed);
             const int64_t g0 = range.group_begin + c * chunk;
@@ -236,7 +236,7 @@ std::vector<std::vector<int>> AffinityRangeOrder(const MatMulAffinity& a, int n_
   std::vector<std::vector<int>> order(static_cast<size_t>(std::max(n_threads, 1)));
   for (int t = 0; t < n_threads; ++t) {
     for (int pass = 0; pass < 2; ++pass) {
-      for (int r = 0; r < static_cast<int>(a.ranges.size()); ++r) {
+      for (int r = 0; r < static_cast<int>(a.n_ranges); ++r) {
         if (internal::ServesRange(a, n_threads, t, r, pass)) order[static_cast<size_t>(t)].push_back(r);
       }
     }

@@ -290,7 +290,8 @@ std::string TypeIsaName(const testing::TestParamInfo<std::tuple<DType, Isa>>& in
 TEST(MatMulAffinity, RangeOrderServesOwnNodeThenOrphans) {
   const RowNodeRange ranges[] = {{0, 10, 0}, {10, 20, 1}, {20, 30, 2}, {30, 40, 0}};
   const int thread_node[] = {0, 1};
-  const std::vector<std::vector<int>> order = AffinityRangeOrder({.ranges = ranges, .thread_node = thread_node}, 2);
+  const MatMulAffinity a{.ranges = ranges, .n_ranges = 4, .thread_node = thread_node, .n_thread_nodes = 2};
+  const std::vector<std::vector<int>> order = AffinityRangeOrder(a, 2);
   ASSERT_EQ(order.size(), 2u);
   EXPECT_EQ(order[0], (std::vector<int>{0, 3, 2}));  // node 0's ranges, then node 2's, which has no thread
   EXPECT_EQ(order[1], (std::vector<int>{1, 2}));
@@ -313,13 +314,14 @@ TEST(MatMulAffinity, SameProductsWhoeverComputesThem) {
       const RowNodeRange orphan[] = {{0, 5, 0}, {5, 20, 3}};
       const int two_nodes[] = {0, 1};
       const int one_node[] = {0, 0};
-      for (const MatMulAffinity& a : {MatMulAffinity{split, two_nodes}, MatMulAffinity{whole_on_one, two_nodes},
-                                      MatMulAffinity{orphan, two_nodes}, MatMulAffinity{split, one_node}}) {
+      const MatMulAffinity cases[] = {{split, 2, two_nodes, 2}, {whole_on_one, 1, two_nodes, 2},
+                                      {orphan, 2, two_nodes, 2}, {split, 2, one_node, 2}};
+      for (const MatMulAffinity& a : cases) {
         std::vector<float> y(plain.size());
         Poison(y);
         MatMul(pm, p.x.data(), n_tok, y.data(), scratch.data(), &a);
         EXPECT_EQ(std::memcmp(y.data(), plain.data(), y.size() * sizeof(float)), 0)
-            << DTypeName(type) << " n_tok=" << n_tok << " ranges=" << a.ranges.size();
+            << DTypeName(type) << " n_tok=" << n_tok << " ranges=" << a.n_ranges;
       }
     }
   }
