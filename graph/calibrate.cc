@@ -14,6 +14,7 @@
 #include "core/quant.h"
 #include "core/status.h"
 #include "cpu_backend/kernels.h"
+#include "cpu_backend/repack.h"
 
 namespace tandem {
 namespace {
@@ -117,16 +118,26 @@ absl::StatusOr<MachineProfile> CalibrateCpu(const CalibrateOptions& opts) {
   p.cpu_gemm_gflops.clear();
 
   const std::vector<float> x = Random(static_cast<size_t>(sz.cols * sz.gemm_tokens), 11);
+  const bool repack = ResolveRepack(opts.repack);
   for (DType type : TypesToMeasure(opts)) {
     const size_t row_bytes = RowBytes(type, sz.cols);
     const int64_t rows = std::max<int64_t>(sz.gemm_rows, static_cast<int64_t>(sz.gemv_bytes / row_bytes));
     TANDEM_ASSIGN_OR_RETURN(HostBuf w, SyntheticMatrix(type, rows, sz.cols));
     std::vector<float> y(static_cast<size_t>(rows * sz.gemm_tokens));
     HostBuf scratch = HostAlloc(cpu::MatMulScratchBytes(type, sz.cols, sz.gemm_tokens));
-    const cpu::WeightMatrix gemv{type, w.get(), rows, sz.cols, row_bytes};
+    cpu::WeightMatrix gemv{type, w.get(), rows, sz.cols, row_bytes};
+    cpu::WeightMatrix gemm{type, w.get(), sz.gemm_rows, sz.cols, row_bytes};
+    // Measured in the layout the CPU backend will compute with: the repacked one where it repacks. The bytes a
+    // decoded token reads are the same in both (GB/s counts the GGUF bytes).
+    HostBuf packed;
+    if (repack && cpu::CanRepack(gemv)) {
+      packed = HostAlloc(cpu::PackedBytes(gemv));
+      gemv = cpu::Repack(gemv, packed.get());
+      gemm = gemv;
+      gemm.rows = sz.gemm_rows;  // the first groups of the same copy
+    }
     const double t1 = TimeIt(sz, [&] { cpu::MatMul(gemv, x.data(), 1, y.data(), scratch.get()); });
     p.cpu_gemv_gbps[type] = static_cast<double>(row_bytes) * rows / t1 / 1e9;
-    const cpu::WeightMatrix gemm{type, w.get(), sz.gemm_rows, sz.cols, row_bytes};
     const double tn = TimeIt(sz, [&] { cpu::MatMul(gemm, x.data(), sz.gemm_tokens, y.data(), scratch.get()); });
     p.cpu_gemm_gflops[type] = 2.0 * sz.gemm_rows * sz.cols * sz.gemm_tokens / tn / 1e9;
   }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "cpu_backend/cpu_backend.h"
 #include "graph/backend.h"
 #include "graph/profile.h"
 #include "graph/sim_backend.h"
@@ -17,6 +18,8 @@ struct CalibrateOptions {
   int n_threads = 0;        // 0: OpenMP's default
   bool quick = false;       // small sizes and few repetitions (tests); numbers are rougher
   std::vector<DType> types;  // weight types to measure on the CPU; empty: the common GGUF types
+  // The CPU weight layout to measure: the one the CPU backend would use (kAuto follows it, cpu_backend.h).
+  Repack repack = Repack::kAuto;
 };
 
 // CPU numbers only (the GPU-side fields keep DefaultProfile's values, has_gpu = false).

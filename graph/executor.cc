@@ -241,6 +241,9 @@ absl::Status Executor::Impl::PrepareCpuWeights(Unit& u) {
     if (prepared->data != m.data) {
       cpu_allocs.push_back(const_cast<void*>(prepared->data));
       if (opts.on_cpu_copy) st = opts.on_cpu_copy(m, *prepared);
+      // Copies to VRAM or pinned RAM were made before; drop the mapped pages now, matrix by matrix, so that load
+      // never holds a whole unit (a layer's experts) twice.
+      if (m.data != embd_data) file->ReleasePages(m.data, MatrixBytes(m));
     }
     m = *prepared;
   });

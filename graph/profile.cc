@@ -179,7 +179,10 @@ std::string ProfileCachePath(const std::string& device) {
     safe += ok ? c : '_';
   }
   if (safe.empty()) safe = "default";
-  return dir + "/profile-" + safe + ".json";
+  // The kernel generation: a profile measured before the CPU kernels changed speed class (v2: the repacked int8
+  // kernels, about 3x the prefill rate) would mislead the planner, so each generation has its own file.
+  constexpr int kKernelGeneration = 2;
+  return Cat(dir, "/profile-", safe, ".v", kKernelGeneration, ".json");
 }
 
 }  // namespace tandem

@@ -15,7 +15,7 @@ namespace {
 constexpr const char* kCalibrateUsage =
     R"(usage: tandem calibrate [--device auto|none|cuda[:I]|sim:...] [-t THREADS] [--quick] [-o PROFILE]
   Measures CPU matmul GB/s and GFLOP/s per weight type, CPU attention, and the device's copy rate, matmul
-  rates, launch and sync overheads. The profile is cached in ~/.cache/tandem/profile-<device>.json (where
+  rates, launch and sync overheads. The profile is cached in ~/.cache/tandem/profile-<device>.v2.json (where
   tandem plan and run find it) and also written to PROFILE when -o is given.
   --quick   small sizes and few repetitions: rough numbers in about a second
 )";
