@@ -121,7 +121,9 @@ absl::StatusOr<MachineProfile> CalibrateCpu(const CalibrateOptions& opts) {
   const bool repack = ResolveRepack(opts.repack);
   for (DType type : TypesToMeasure(opts)) {
     const size_t row_bytes = RowBytes(type, sz.cols);
-    const int64_t rows = std::max<int64_t>(sz.gemm_rows, static_cast<int64_t>(sz.gemv_bytes / row_bytes));
+    // Whole groups of 16 rows, so the matrix can be repacked as a model's would be.
+    const int64_t wanted = std::max<int64_t>(sz.gemm_rows, static_cast<int64_t>(sz.gemv_bytes / row_bytes));
+    const int64_t rows = wanted / cpu::kPackRows * cpu::kPackRows;
     TANDEM_ASSIGN_OR_RETURN(HostBuf w, SyntheticMatrix(type, rows, sz.cols));
     std::vector<float> y(static_cast<size_t>(rows * sz.gemm_tokens));
     HostBuf scratch = HostAlloc(cpu::MatMulScratchBytes(type, sz.cols, sz.gemm_tokens));
