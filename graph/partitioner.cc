@@ -145,9 +145,9 @@ class Planner {
       } else if (Streams(o)) {
         acc.host.weights += u.packed_bytes;  // pinned source of the copies
         acc.slot = std::max(acc.slot, u.packed_bytes);
-      } else {
-        acc.mmap += u.weight_bytes;
       }
+      // What the CPU computes with, in either phase: the file's pages, or the CPU's repacked copy of them.
+      if (o.prefill == Placement::kCpu || o.decode == Placement::kCpu) acc.mmap += u.weight_bytes;
       (AnyGpuSide(o) ? acc.gpu.kv : acc.host.kv) += kv(i);
     }
     acc.gpu.staging = 2 * acc.slot;

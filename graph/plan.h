@@ -50,7 +50,7 @@ struct Plan {
   uint64_t vram_budget = 0;     // bytes; 0 when there is no GPU
   MemoryAccount gpu;            // VRAM
   MemoryAccount host;           // RAM: pinned staging sources, KV on CPU, activations (mmap'd weights not counted)
-  uint64_t host_mmap_bytes = 0; // weights read in place from the file
+  uint64_t host_mmap_bytes = 0; // weights the CPU computes with: the file's pages, or the CPU's repacked copy
   uint64_t staging_slot_bytes = 0;  // size of EACH of the two staging buffers (the largest streamed unit); 0: none
   int kv_elem_bytes = 2;        // bytes per cached K/V element the account assumed (2: F16)
   std::string device;           // the GPU-side device planned for ("sim:12GiB", "cuda:0"), "none" without one
