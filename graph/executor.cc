@@ -207,7 +207,14 @@ absl::Status Executor::Impl::Load(ExecutorStats& stats) {
       max_streamed = std::max(max_streamed, u.packed_bytes);
     }
     const bool on_cpu = u.plan->prefill == Placement::kCpu || u.plan->decode == Placement::kCpu;
-    if (on_cpu) TANDEM_RETURN_IF_ERROR(PrepareCpuWeights(u));
+    if (on_cpu && is_streamed) {
+      // The CPU computes in the other phase straight from the pinned copy (GGUF rows, the layout the decode
+      // kernels read at the same speed): one host copy of the unit, not a second repacked one.
+      u.cpu_view = Relocate(u, u.pinned);
+      if (u.plan->kind == UnitKind::kEmbd) u.cpu_view.first = u.host.first;  // row lookups keep the mapping
+    } else if (on_cpu) {
+      TANDEM_RETURN_IF_ERROR(PrepareCpuWeights(u));
+    }
     // Once copied to VRAM, pinned RAM or the CPU's own layout, the mapped pages only cost resident memory.
     ReleaseHostPages(u, on_cpu ? u.cpu_view : UnitWeights{});
     done += u.packed_bytes;

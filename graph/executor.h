@@ -1,5 +1,6 @@
 // The executor runs a Plan: it is the only code that moves bytes between devices, records events and prefetches.
-// Weights go to their tier at load (resident -> VRAM, streamed -> pinned RAM, cpu -> the mmap); activations cross
+// Weights go to their tier at load (resident -> VRAM, streamed -> pinned RAM, cpu -> the mmap or the CPU's repacked
+// copy; a unit streamed in one phase and run on the CPU in the other uses its pinned copy); activations cross
 // devices only at unit boundaries, and only when the next unit runs on the other side.
 #pragma once
 

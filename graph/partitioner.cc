@@ -146,8 +146,9 @@ class Planner {
         acc.host.weights += u.packed_bytes;  // pinned source of the copies
         acc.slot = std::max(acc.slot, u.packed_bytes);
       }
-      // What the CPU computes with, in either phase: the file's pages, or the CPU's repacked copy of them.
-      if (o.prefill == Placement::kCpu || o.decode == Placement::kCpu) acc.mmap += u.weight_bytes;
+      // What the CPU computes with, in either phase: the file's pages or the CPU's repacked copy of them; a unit
+      // that also streams is computed from its pinned copy, already counted.
+      if ((o.prefill == Placement::kCpu || o.decode == Placement::kCpu) && !Streams(o)) acc.mmap += u.weight_bytes;
       (AnyGpuSide(o) ? acc.gpu.kv : acc.host.kv) += kv(i);
     }
     acc.gpu.staging = 2 * acc.slot;

@@ -108,8 +108,9 @@ std::string PlanTable(const Plan& plan) {
   }
   out += Cat(Pad("total", 14, false), Pad(FormatBytes(plan.gpu.total()), 12, true),
              Pad(FormatBytes(plan.host.total()), 12, true), "\n");
-  out += Cat("host weights are pinned copies of streamed units; the CPU computes with ",
-             FormatBytes(plan.host_mmap_bytes), " more (the model file's pages, or its repacked copy of them)\n");
+  out += Cat("host weights are pinned copies of streamed units (the CPU computes from them in the other phase); it\n",
+             "computes with ", FormatBytes(plan.host_mmap_bytes),
+             " more (the model file's pages, or its repacked copy of them)\n");
   if (plan.staging_slot_bytes > 0) {
     out += Cat("staging: 2 buffers of ", FormatBytes(plan.staging_slot_bytes), "\n");
   }
