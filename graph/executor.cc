@@ -366,7 +366,7 @@ absl::Status Executor::Forward(std::span<const int32_t> tokens, int64_t pos0, in
     pcie += 2 * n * 4;
   }
 
-  StepContext s{.cfg = &c, .n_tok = n, .pos0 = pos0};
+  StepContext s{.cfg = &c, .n_tok = n, .pos0 = pos0, .n_live = n};
   if (m.opts.dump) {
     s.on_named = [&m](Backend& be, const float* data, int64_t count, std::string_view name, int il) {
       if (be.host_memory()) {
@@ -396,14 +396,17 @@ absl::Status Executor::Forward(std::span<const int32_t> tokens, int64_t pos0, in
   };
   TANDEM_RETURN_IF_ERROR(prefetch(0));
 
-  const size_t x_bytes = static_cast<size_t>(n) * c.n_embd * sizeof(float);
   Side where = Side::kCpu;  // side holding the residual stream
-  auto move_residual = [&](Side to) -> absl::Status {
+  auto move_residual = [&](Side to) -> absl::Status {  // its live rows only
     if (to == where) return absl::OkStatus();
+    const size_t row0 = static_cast<size_t>(n - s.n_live) * c.n_embd;
+    const size_t x_bytes = static_cast<size_t>(s.n_live) * c.n_embd * sizeof(float);
+    float* host = m.cpu_act.x + row0;
+    float* device = m.gpu_act.x + row0;
     if (to == Side::kGpu) {
-      TANDEM_RETURN_IF_ERROR(m.gpu->CopyHostToDevice(m.gpu_act.x, m.cpu_act.x, x_bytes, Stream::kCompute));
+      TANDEM_RETURN_IF_ERROR(m.gpu->CopyHostToDevice(device, host, x_bytes, Stream::kCompute));
     } else {
-      TANDEM_RETURN_IF_ERROR(m.gpu->CopyDeviceToHost(m.cpu_act.x, m.gpu_act.x, x_bytes, Stream::kCompute));
+      TANDEM_RETURN_IF_ERROR(m.gpu->CopyDeviceToHost(host, device, x_bytes, Stream::kCompute));
       TANDEM_RETURN_IF_ERROR(m.gpu->Synchronize(Stream::kCompute));
     }
     pcie += x_bytes;
@@ -439,6 +442,8 @@ absl::Status Executor::Forward(std::span<const int32_t> tokens, int64_t pos0, in
         Embed(be, s, w->first, act);
         break;
       case UnitKind::kAttn:
+        // Past the last layer's attention only the logit rows are read (their residual rows come last).
+        if (u.plan->layer == c.n_layer - 1) s.n_live = n_logit_rows;
         AttentionUnit(be, s, u.plan->layer, w->attn, m.kv[u.plan->layer], act);
         break;
       case UnitKind::kFfn:

@@ -180,38 +180,44 @@ void AttentionUnit(Backend& be, const StepContext& s, int il, const AttnWeights&
   const AttentionParams ap{.n_head = c.n_head, .n_head_kv = c.n_head_kv, .head_dim = c.head_dim,
                            .scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
 
+  const int64_t m = s.n_live;  // trailing tokens whose outputs go on; all n enter the KV cache
+  const int64_t r0 = n - m;
+  float* x = act.x + r0 * c.n_embd;
+
   be.RmsNorm(act.x, static_cast<const float*>(w.norm.data), n, c.n_embd, c.rms_eps, act.cur);
   Named(s, be, act.cur, n * c.n_embd, "attn_norm", il);
-  be.MatMul(w.wq, act.cur, n, act.q);                   Named(s, be, act.q, n * q_dim, "q", il);
   be.MatMul(w.wk, act.cur, n, act.k);                   Named(s, be, act.k, n * c.n_embd_kv(), "k", il);
   be.MatMul(w.wv, act.cur, n, act.v);                   Named(s, be, act.v, n * c.n_embd_kv(), "v", il);
-  be.Rope(act.q, n, act.pos, rope_q);                   Named(s, be, act.q, n * q_dim, "q_rope", il);
   be.Rope(act.k, n, act.pos, rope_k);                   Named(s, be, act.k, n * c.n_embd_kv(), "k_rope", il);
   be.KvStore(kv, act.k, act.v, n, s.pos0);
-  be.Attention(act.q, kv, n, s.pos0, ap, act.att);      Named(s, be, act.att, n * q_dim, "kqv", il);
-  be.MatMul(w.wo, act.att, n, act.cur);                 Named(s, be, act.cur, n * c.n_embd, "attn_out", il);
-  be.Add(act.x, act.cur, n * c.n_embd, act.x);          Named(s, be, act.x, n * c.n_embd, "ffn_inp", il);
+  if (m == 0) return;
+  be.MatMul(w.wq, act.cur + r0 * c.n_embd, m, act.q);   Named(s, be, act.q, m * q_dim, "q", il);
+  be.Rope(act.q, m, act.pos + r0, rope_q);              Named(s, be, act.q, m * q_dim, "q_rope", il);
+  be.Attention(act.q, kv, m, s.pos0 + r0, ap, act.att); Named(s, be, act.att, m * q_dim, "kqv", il);
+  be.MatMul(w.wo, act.att, m, act.cur);                 Named(s, be, act.cur, m * c.n_embd, "attn_out", il);
+  be.Add(x, act.cur, m * c.n_embd, x);                  Named(s, be, x, m * c.n_embd, "ffn_inp", il);
 }
 
 namespace {
 
-void DenseFfn(Backend& be, const StepContext& s, int il, const ExpertWeights& w, Activations& act) {
+// x: the n live residual rows; act.cur holds their normed copy.
+void DenseFfn(Backend& be, const StepContext& s, int il, const ExpertWeights& w, int64_t n, float* x,
+              Activations& act) {
   const ModelConfig& c = *s.cfg;
-  const int64_t n = s.n_tok;
   be.MatMul(w.gate, act.cur, n, act.gate);              Named(s, be, act.gate, n * c.n_ff, "ffn_gate", il);
   be.MatMul(w.up, act.cur, n, act.up);                  Named(s, be, act.up, n * c.n_ff, "ffn_up", il);
   be.SwiGlu(act.gate, act.up, n * c.n_ff, act.gate);    Named(s, be, act.gate, n * c.n_ff, "ffn_swiglu", il);
   be.MatMul(w.down, act.gate, n, act.cur);              Named(s, be, act.cur, n * c.n_embd, "ffn_out", il);
-  be.Add(act.x, act.cur, n * c.n_embd, act.x);
+  be.Add(x, act.cur, n * c.n_embd, x);
 }
 
 // out = x + sum over the token's top-k experts of weight * FFN_e(norm(x)). Tokens are grouped by expert so each
 // expert runs one matmul over all of its tokens. Its weighted outputs land in the token's top-k slot, and the slots
 // are summed in slot order (descending probability) before the residual add, the order llama.cpp sums them in:
 // quantized models amplify even last-bit differences at activation rounding boundaries.
-void MoeFfn(Backend& be, const StepContext& s, int il, const FfnWeights& w, Activations& act, MoeScratch& moe) {
+void MoeFfn(Backend& be, const StepContext& s, int il, const FfnWeights& w, int64_t n, float* x, Activations& act,
+            MoeScratch& moe) {
   const ModelConfig& c = *s.cfg;
-  const int64_t n = s.n_tok;
   const int k = c.n_expert_used;
   const int64_t slot_elems = n * c.n_embd;
   be.MatMul(w.router, act.cur, n, act.router);          Named(s, be, act.router, n * c.n_expert, "ffn_gate_inp", il);
@@ -227,31 +233,34 @@ void MoeFfn(Backend& be, const StepContext& s, int il, const FfnWeights& w, Acti
       }
     }
     if (m == 0) continue;
-    const ExpertWeights& x = w.experts[e];
+    const ExpertWeights& ex = w.experts[e];
     be.GatherRows(act.cur, moe.rows.data(), m, c.n_embd, act.xe);
-    be.MatMul(x.gate, act.xe, m, act.gate);
-    be.MatMul(x.up, act.xe, m, act.up);
+    be.MatMul(ex.gate, act.xe, m, act.gate);
+    be.MatMul(ex.up, act.xe, m, act.up);
     be.SwiGlu(act.gate, act.up, m * c.n_ff, act.gate);
-    be.MatMul(x.down, act.gate, m, act.xe);
+    be.MatMul(ex.down, act.gate, m, act.xe);
     be.ScatterRows(act.xe, moe.slot_rows.data(), moe.row_weights.data(), m, c.n_embd, act.slots);
   }
   for (int j = 1; j < k; ++j) be.Add(act.slots, act.slots + j * slot_elems, slot_elems, act.slots);
   Named(s, be, act.slots, slot_elems, "ffn_moe_out", il);
-  be.Add(act.x, act.slots, slot_elems, act.x);
+  be.Add(x, act.slots, slot_elems, x);
 }
 
 }  // namespace
 
 void FfnUnit(Backend& be, const StepContext& s, int il, const FfnWeights& w, Activations& act, MoeScratch& moe) {
   const ModelConfig& c = *s.cfg;
-  be.RmsNorm(act.x, static_cast<const float*>(w.norm.data), s.n_tok, c.n_embd, c.rms_eps, act.cur);
-  Named(s, be, act.cur, s.n_tok * c.n_embd, "ffn_norm", il);
+  const int64_t n = s.n_live;
+  if (n == 0) return;
+  float* x = act.x + (s.n_tok - n) * c.n_embd;
+  be.RmsNorm(x, static_cast<const float*>(w.norm.data), n, c.n_embd, c.rms_eps, act.cur);
+  Named(s, be, act.cur, n * c.n_embd, "ffn_norm", il);
   if (c.is_moe()) {
-    MoeFfn(be, s, il, w, act, moe);
+    MoeFfn(be, s, il, w, n, x, act, moe);
   } else {
-    DenseFfn(be, s, il, w.dense, act);
+    DenseFfn(be, s, il, w.dense, n, x, act);
   }
-  Named(s, be, act.x, s.n_tok * c.n_embd, "l_out", il);
+  Named(s, be, x, n * c.n_embd, "l_out", il);
 }
 
 void OutputUnit(Backend& be, const StepContext& s, const WeightMatrix& norm, const WeightMatrix& output,

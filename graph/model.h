@@ -88,11 +88,15 @@ struct StepContext {
   const ModelConfig* cfg = nullptr;
   int64_t n_tok = 0;
   int64_t pos0 = 0;
+  // The trailing n_live tokens of the batch whose residual rows later units still read. It is n_tok except in the
+  // last layer, where only the logit rows go on: there the attention unit still caches every token's K and V but
+  // computes queries, attention and all that follows for the live rows only, as llama.cpp does.
+  int64_t n_live = 0;
   // Called after each named op with (backend, data, n floats, name, layer); null = no dump.
   std::function<void(Backend&, const float*, int64_t, std::string_view, int)> on_named;
 };
 
-// Units. Each reads and writes the residual stream act.x on backend `be`.
+// Units. Each reads and writes the residual stream act.x on backend `be`; rows before n_tok - n_live are dead.
 void Embed(Backend& be, const StepContext& s, const WeightMatrix& token_embd, Activations& act);
 void AttentionUnit(Backend& be, const StepContext& s, int il, const AttnWeights& w, const KvLayer& kv,
                    Activations& act);

@@ -160,6 +160,53 @@ INSTANTIATE_TEST_SUITE_P(AllModels, GoldenTest, ::testing::ValuesIn(kCases),
                            return s;
                          });
 
+// A prompt evaluated for its last logits only, in chunks of 3 tokens: the chunks before the last ask for no logits
+// and the last asks for one row, so the last layer computes queries, attention and its FFN for that row alone
+// (all rows still enter the KV cache). The logits must equal the last row of the full evaluation above, and the
+// dumps must show the skipped work was skipped.
+TEST_P(GoldenTest, LastRowOnlyMatchesFullPrefill) {
+  const GoldenCase& c = GetParam();
+  const nlohmann::json g = test::ReadJson(DataPath("goldens/" + c.golden + ".json"));
+  const std::vector<float> want_logits = test::ReadF32(DataPath("goldens/" + c.golden + ".logits.f32.bin"));
+  std::vector<int64_t> last_layer_rows;  // per chunk: rows the last layer's FFN saw (-1: it did not run)
+  int n_embd = 0, n_layer = 0;
+  EngineOptions eo{.model_path = c.model, .n_ctx = 256, .n_batch = 3, .kv_type = DType::kF32};
+  eo.dump = [&](std::string_view name, int layer, std::span<const float> data) {
+    if (name == "attn_norm" && layer == n_layer - 1) last_layer_rows.push_back(-1);
+    if (name == "l_out" && layer == n_layer - 1) last_layer_rows.back() = static_cast<int64_t>(data.size()) / n_embd;
+  };
+  auto engine = Engine::Open(eo);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  Engine& e = **engine;
+  n_embd = e.config().n_embd;
+  n_layer = e.config().n_layer;
+  const std::vector<int32_t> prompt = g["prompt_tokens"].get<std::vector<int32_t>>();
+  ASSERT_GT(prompt.size(), 3u);
+  const int n_vocab = e.config().n_vocab;
+  std::vector<float> last(n_vocab);
+  test::Poison(last);
+  ASSERT_TRUE(e.Prefill(prompt, 0, /*all_logits=*/false, last.data()).ok());
+
+  const size_t chunks = (prompt.size() + 2) / 3;
+  std::vector<int64_t> want_rows(chunks, -1);
+  want_rows.back() = 1;
+  EXPECT_EQ(last_layer_rows, want_rows);
+  const std::vector<float> want_last(want_logits.end() - n_vocab, want_logits.end());
+  const bool slower_path = std::getenv("TANDEM_ISA") != nullptr;
+  EXPECT_LT(test::Nmse(last, want_last), slower_path ? std::max(c.nmse_tol, c.exact_math_nmse) : c.nmse_tol);
+
+  // Against our own full evaluation: every CPU kernel computes a token's row the same way whatever the batch, so
+  // on every kernel path the row is bit-identical.
+  auto full_engine = Engine::Open(EngineOptions{.model_path = c.model, .n_ctx = 256, .n_batch = 256,
+                                                .kv_type = DType::kF32});
+  ASSERT_TRUE(full_engine.ok()) << full_engine.status();
+  std::vector<float> all(prompt.size() * n_vocab);
+  test::Poison(all);
+  ASSERT_TRUE((*full_engine)->Prefill(prompt, 0, /*all_logits=*/true, all.data()).ok());
+  const std::vector<float> full_last(all.end() - n_vocab, all.end());
+  EXPECT_EQ(last, full_last) << "NMSE " << test::Nmse(last, full_last);
+}
+
 // Greedy 64 tokens from BOS alone: llama.cpp's exact ids, dense and MoE.
 class BosGreedyTest : public ::testing::TestWithParam<std::string> {};
 
