@@ -157,6 +157,8 @@ void PackedMatMul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y
   const Isa isa = ActiveIsa();
   internal::PackedKernelFn kernel = isa == Isa::kAvx512 ? internal::Avx512PackedKernel(w.type) : nullptr;
   if (kernel == nullptr) kernel = internal::ScalarPackedKernel(w.type);
+  const internal::PackedDecodeFn decode =
+      isa == Isa::kAvx512 && n_tok == 1 ? internal::Avx512PackedDecode(w.type) : nullptr;
   TANDEM_CHECK(kernel != nullptr && scratch != nullptr && w.rows % kPackRows == 0);
   const int64_t nb = w.cols / Traits(w.type).block_elems;
   const size_t group_bytes = static_cast<size_t>(nb) * internal::PackedBlockBytes(w.type);
@@ -192,6 +194,21 @@ void PackedMatMul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y
     }
     // Row groups [g0, g1): every token tile over each group, tiles outermost so the groups stay in L2.
     auto run_groups = [&](int64_t g0, int64_t g1) {
+      if (decode != nullptr) {  // one token: the range as kDecodeStreams runs read side by side
+        constexpr int kS = internal::kDecodeStreams;
+        const int64_t run = (g1 - g0) / kS;
+        for (int64_t i = 0; i < run; ++i) {
+          const uint8_t* groups[kS];
+          float* ys[kS];
+          for (int r = 0; r < kS; ++r) {
+            const int64_t g = g0 + r * run + i;
+            groups[r] = wbase + static_cast<size_t>(g) * group_bytes;
+            ys[r] = y + g * kPackRows;
+          }
+          decode(groups, nb, xq, ys);
+        }
+        g0 += kS * run;
+      }
       for (int64_t t0 = 0; t0 < n_tok; t0 += tile_len) {
         const int n_x = static_cast<int>(std::min<int64_t>(tile_len, n_tok - t0));
         for (int64_t g = g0; g < g1; ++g) {

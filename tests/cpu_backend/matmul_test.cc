@@ -271,16 +271,27 @@ TEST_P(PackedMatMulTest, MatchesReference) {
   std::printf("  %s/%s packed: NMSE vs reference %.3g over all shapes\n", std::string(DTypeName(type)).c_str(),
               IsaName(std::get<1>(GetParam())).c_str(), Nmse(all_fast, all_ref));
 
-  // The threaded split over row groups does not change a bit.
-  const Problem& p = GetProblem(type, 320, 1024, 9, 0, 77);
-  std::vector<uint8_t> packed(PackedBytes(p.w.m));
-  const WeightMatrix pm = Repack(p.w.m, packed.data());
-  omp_set_num_threads(1);
-  const std::vector<float> one = RunMatMul(pm, p.x, 9);
-  omp_set_num_threads(2);
-  const std::vector<float> two = RunMatMul(pm, p.x, 9);
-  ASSERT_EQ(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)), 0);
-  EXPECT_LT(Nmse(one, p.ref), kTol.at(type));
+  // Decode reads a thread's range of row groups as four runs side by side (and the remainder one by one): rows
+  // enough for runs of 2 and 3 groups, with and without a remainder.
+  for (int64_t rows : {16 * 64, 16 * 75, 16 * 99}) {
+    const Problem& p = GetProblem(type, rows, 4 * block, 1, 0, seed++);
+    std::vector<uint8_t> packed(PackedBytes(p.w.m));
+    const std::vector<float> fast = RunMatMul(Repack(p.w.m, packed.data()), p.x, 1);
+    EXPECT_LT(Nmse(fast, p.ref), kTol.at(type) * kShapeTolFactor) << DTypeName(type) << " decode rows=" << rows;
+  }
+
+  // The threaded split over row groups does not change a bit, in prefill or decode.
+  for (int64_t n_tok : {9, 1}) {
+    const Problem& p = GetProblem(type, 16 * 75, 1024, n_tok, 0, 77);
+    std::vector<uint8_t> packed(PackedBytes(p.w.m));
+    const WeightMatrix pm = Repack(p.w.m, packed.data());
+    omp_set_num_threads(1);
+    const std::vector<float> one = RunMatMul(pm, p.x, n_tok);
+    omp_set_num_threads(2);
+    const std::vector<float> two = RunMatMul(pm, p.x, n_tok);
+    ASSERT_EQ(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)), 0) << "n_tok=" << n_tok;
+    EXPECT_LT(Nmse(one, p.ref), kTol.at(type));
+  }
 }
 
 std::string TypeIsaName(const testing::TestParamInfo<std::tuple<DType, Isa>>& info) {
