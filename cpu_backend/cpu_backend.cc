@@ -197,6 +197,26 @@ class CpuBackend final : public CpuBackendApi {
     for (int64_t i = 0; i < n_idx; ++i) Scale(x + i * n, w_host[i], n, y + static_cast<int64_t>(idx_host[i]) * n);
   }
 
+  // Experts with packed weights go through MatMulBatch: the gate and up products of every expert in one parallel
+  // region, then every down product in another, each thread taking its own node's experts first. A pass takes as
+  // many experts as the buffers and the workspace hold; the products equal the one-by-one path's, bit for bit.
+  void ExpertFfns(const ExpertFfnJob* jobs, size_t n_jobs, const float* x, int64_t n_embd, int64_t n_ff,
+                  const ExpertBuffers& buf, float* y) override {
+    const bool packed = std::all_of(jobs, jobs + n_jobs, [](const ExpertFfnJob& j) {
+      return j.gate->packed && j.up->packed && j.down->packed;
+    });
+    if (!packed || matmul_scratch_ == nullptr) return Backend::ExpertFfns(jobs, n_jobs, x, n_embd, n_ff, buf, y);
+    size_t e0 = 0;
+    while (e0 < n_jobs) {
+      const size_t n = ExpertPass(jobs + e0, n_jobs - e0, x, n_embd, n_ff, buf, y);
+      if (n == 0) {  // one expert alone does not fit: the one-by-one path reports what is missing
+        Backend::ExpertFfns(jobs + e0, 1, x, n_embd, n_ff, buf, y);
+        ++e0;
+      }
+      e0 += n;
+    }
+  }
+
   absl::Status TakeError() override {
     std::lock_guard<std::mutex> lock(mu_);
     absl::Status first = std::move(error_);
@@ -218,8 +238,8 @@ class CpuBackend final : public CpuBackendApi {
 
   // A matrix split across nodes is always computed node by node. One that lives whole on one node (an expert under
   // shard) is left to that node's threads only for small batches, which are bound by its memory; a prefill batch
-  // is bound by arithmetic and takes every thread.
-  const cpu::MatMulAffinity* AffinityFor(const WeightMatrix& w, int64_t n_tok) {
+  // is bound by arithmetic and takes every thread. Null: no node preference.
+  const std::vector<cpu::RowNodeRange>* NodeRanges(const WeightMatrix& w, int64_t n_tok) const {
     constexpr int64_t kLocalOnlyMaxTokens = 8;
     if (thread_node_.empty() || !w.packed) return nullptr;
     auto it = row_nodes_.find(w.data);  // written at load only, so read without the lock
@@ -228,9 +248,59 @@ class CpuBackend final : public CpuBackendApi {
     const bool split = std::any_of(ranges.begin(), ranges.end(),
                                    [&](const cpu::RowNodeRange& r) { return r.node != ranges.front().node; });
     if (!split && n_tok > kLocalOnlyMaxTokens) return nullptr;
-    affinity_ = cpu::MatMulAffinity{.ranges = ranges.data(), .n_ranges = ranges.size(),
+    return &ranges;
+  }
+  const cpu::MatMulAffinity* AffinityFor(const WeightMatrix& w, int64_t n_tok) {
+    const std::vector<cpu::RowNodeRange>* ranges = NodeRanges(w, n_tok);
+    if (ranges == nullptr) return nullptr;
+    affinity_ = cpu::MatMulAffinity{.ranges = ranges->data(), .n_ranges = ranges->size(),
                                   .thread_node = thread_node_.data(), .n_thread_nodes = thread_node_.size()};
     return &affinity_;
+  }
+  cpu::MatMulJob Job(const WeightMatrix& w, const float* x, int64_t n_tok, float* y) const {
+    const std::vector<cpu::RowNodeRange>* ranges = NodeRanges(w, n_tok);
+    return cpu::MatMulJob{.w = &w, .x = x, .n_tok = n_tok, .y = y,
+                          .ranges = ranges == nullptr ? nullptr : ranges->data(),
+                          .n_ranges = ranges == nullptr ? 0 : ranges->size()};
+  }
+  static size_t RangesOf(const cpu::MatMulJob& j) { return j.ranges == nullptr ? 1 : j.n_ranges; }
+
+  // One pass of ExpertFfns over the first experts that fit; returns how many it took (0: not even one).
+  size_t ExpertPass(const ExpertFfnJob* jobs, size_t n_jobs, const float* x, int64_t n_embd, int64_t n_ff,
+                    const ExpertBuffers& buf, float* y) {
+    constexpr size_t kMaxExperts = cpu::kMaxBatchJobs / 2;
+    cpu::MatMulJob gate_up[cpu::kMaxBatchJobs], down[kMaxExperts];
+    int64_t row0[kMaxExperts];
+    size_t n = 0, gate_up_ranges = 0, down_ranges = 0;
+    int64_t rows = 0;
+    for (; n < std::min(n_jobs, kMaxExperts); ++n) {
+      const ExpertFfnJob& j = jobs[n];
+      if (rows + j.m > buf.rows) break;
+      gate_up[2 * n] = Job(*j.gate, buf.xe + rows * n_embd, j.m, buf.gate + rows * n_ff);
+      gate_up[2 * n + 1] = Job(*j.up, buf.xe + rows * n_embd, j.m, buf.up + rows * n_ff);
+      down[n] = Job(*j.down, buf.gate + rows * n_ff, j.m, buf.xe + rows * n_embd);
+      const size_t gu = gate_up_ranges + RangesOf(gate_up[2 * n]) + RangesOf(gate_up[2 * n + 1]);
+      const size_t dn = down_ranges + RangesOf(down[n]);
+      if (gu > cpu::kMaxBatchRanges || dn > cpu::kMaxBatchRanges ||
+          cpu::MatMulBatchScratchBytes(gate_up, 2 * n + 2) > matmul_scratch_bytes_ ||
+          cpu::MatMulBatchScratchBytes(down, n + 1) > matmul_scratch_bytes_) {
+        break;
+      }
+      gate_up_ranges = gu;
+      down_ranges = dn;
+      row0[n] = rows;
+      rows += j.m;
+    }
+    if (n == 0) return 0;
+    const int* nodes = thread_node_.empty() ? nullptr : thread_node_.data();
+    for (size_t e = 0; e < n; ++e) GatherRows(x, jobs[e].rows, jobs[e].m, n_embd, buf.xe + row0[e] * n_embd);
+    cpu::MatMulBatch(gate_up, 2 * n, matmul_scratch_, nodes, thread_node_.size());
+    cpu::SwiGlu(buf.gate, buf.up, rows * n_ff, buf.gate);
+    cpu::MatMulBatch(down, n, matmul_scratch_, nodes, thread_node_.size());
+    for (size_t e = 0; e < n; ++e) {
+      ScatterRows(buf.xe + row0[e] * n_embd, jobs[e].slot_rows, jobs[e].weights, jobs[e].m, n_embd, y);
+    }
+    return n;
   }
 
   void ReleaseWorkspace() {

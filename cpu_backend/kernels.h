@@ -43,6 +43,24 @@ struct MatMulAffinity {
 // only), a thread takes row groups on its own node first. Results do not depend on who computes what.
 void MatMul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y, void* scratch,
             const MatMulAffinity* affinity = nullptr);
+// ---- matmul_batch.cc: several products of repacked weights (WeightMatrix::packed) in one parallel region ----
+// Each job has its own activations, output and node ranges. All x are quantized first (once for consecutive jobs
+// that share x), then the row groups of every job are shared out: a thread takes those of its own node
+// (thread_node[i] is OpenMP thread i's; may be null) and of no node first, then those of nodes without threads.
+// Experts of an MoE layer that live on different nodes so run at the same time, and the batch pays one fork and
+// join. Each product equals MatMul's, bit for bit. MatMul of a packed matrix is a batch of one.
+struct MatMulJob {
+  const WeightMatrix* w = nullptr;       // packed
+  const float* x = nullptr;              // [n_tok][w->cols]
+  int64_t n_tok = 0;                     // > 0
+  float* y = nullptr;                    // [n_tok][w->rows]
+  const RowNodeRange* ranges = nullptr;  // where w's row groups live (covering each once); null: no node
+  size_t n_ranges = 0;
+};
+constexpr size_t kMaxBatchJobs = 32;
+constexpr size_t kMaxBatchRanges = 64;  // over all jobs; a job without ranges counts one
+size_t MatMulBatchScratchBytes(const MatMulJob* jobs, size_t n_jobs);
+void MatMulBatch(const MatMulJob* jobs, size_t n_jobs, void* scratch, const int* thread_node, size_t n_thread_nodes);
 // The work order MatMul follows under an affinity: for each thread, the ranges it serves, own node first; a range
 // whose node has no thread is served by every thread. Exposed for tests.
 std::vector<std::vector<int>> AffinityRangeOrder(const MatMulAffinity& a, int n_threads);

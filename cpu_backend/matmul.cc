@@ -114,6 +114,7 @@ bool ServesRange(const MatMulAffinity& a, int n_threads, int thread, int range, 
     return t < static_cast<int>(a.n_thread_nodes) ? a.thread_node[t] : -1;
   };
   const int node = a.ranges[range].node;
+  if (node < 0) return pass == 0;                 // a range of no node is anyone's
   if (pass == 0) return node_of(thread) == node;  // its own node's ranges
   for (int t = 0; t < n_threads; ++t) {          // then ranges no thread is local to
     if (node_of(t) == node) return false;
@@ -140,112 +141,15 @@ size_t ActRowStride(DType wtype, int64_t cols) {
   return (bytes + kActRowAlign - 1) / kActRowAlign * kActRowAlign;
 }
 
-// Weight bytes per row chunk when many tokens pass over it: well inside L2 (1-2 MiB on current x86 cores).
-constexpr size_t kChunkBytesPrefill = 256 << 10;
-// Below this many multiply-adds a parallel region costs more than it saves.
-constexpr int64_t kMinParallelWork = 1 << 16;
-
-size_t PackedActScratchBytes(DType wtype, int64_t cols, int64_t n_tok) {
-  const int64_t tiles = (n_tok + internal::kPackedTokTile - 1) / internal::kPackedTokTile;
-  return static_cast<size_t>(tiles) * internal::PackedActTileBytes(wtype, cols, internal::kPackedTokTile);
-}
-
-// Packed weights (repack.h): row groups of 16 split across threads in chunks that stay in L2 while the token
-// tiles pass over them.
-void PackedMatMul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y, void* scratch,
-                  const MatMulAffinity* affinity) {
-  const Isa isa = ActiveIsa();
-  internal::PackedKernelFn kernel = isa == Isa::kAvx512 ? internal::Avx512PackedKernel(w.type) : nullptr;
-  if (kernel == nullptr) kernel = internal::ScalarPackedKernel(w.type);
-  const internal::PackedDecodeFn decode =
-      isa == Isa::kAvx512 && n_tok == 1 ? internal::Avx512PackedDecode(w.type) : nullptr;
-  TANDEM_CHECK(kernel != nullptr && scratch != nullptr && w.rows % kPackRows == 0);
-  const int64_t nb = w.cols / Traits(w.type).block_elems;
-  const size_t group_bytes = static_cast<size_t>(nb) * internal::PackedBlockBytes(w.type);
-  const int64_t n_groups = w.rows / kPackRows;
-  const int capacity = n_tok == 1 ? 1 : internal::kPackedTokTile;
-  const size_t tile_bytes = internal::PackedActTileBytes(w.type, w.cols, capacity);
-  // Tiles of equal length: 130 tokens go as 9 tiles of 14 or 15, not 8 of 16 and a tail of 2, which would pay a
-  // whole pass over the weights for two tokens.
-  const int64_t n_tiles = (n_tok + internal::kPackedTokTile - 1) / internal::kPackedTokTile;
-  const int64_t tile_len = (n_tok + n_tiles - 1) / n_tiles;
-  const auto* wbase = static_cast<const uint8_t*>(w.data);
-  auto* xq = static_cast<uint8_t*>(scratch);
-
-  const int64_t work = w.rows * w.cols * n_tok;
-  const int n_threads = work >= kMinParallelWork ? omp_get_max_threads() : 1;
-  int64_t chunk = std::max<int64_t>(1, n_groups / (static_cast<int64_t>(n_threads) * 8));
-  if (n_tok > 1) chunk = std::min<int64_t>(chunk, std::max<size_t>(1, kChunkBytesPrefill / group_bytes));
-  const int64_t n_chunks = (n_groups + chunk - 1) / chunk;
-
-  // Under an affinity, each range keeps a chunk counter (few ranges: one or two per node). Nothing is allocated.
-  const bool by_node = affinity != nullptr && n_threads > 1;
-  constexpr size_t kMaxRanges = 64;
-  TANDEM_CHECK(!by_node || affinity->n_ranges <= kMaxRanges);
-  std::atomic<int64_t> next_chunk[kMaxRanges];
-  for (auto& n : next_chunk) n.store(0, std::memory_order_relaxed);
-
-#pragma omp parallel num_threads(n_threads)
-  {
-#pragma omp for schedule(static)
-    for (int64_t t = 0; t < n_tok; ++t) {
-      internal::QuantizePackedAct(w.type, x + t * w.cols, w.cols, xq + static_cast<size_t>(t / tile_len) * tile_bytes,
-                                  capacity, static_cast<int>(t % tile_len), isa);
-    }
-    // Row groups [g0, g1): every token tile over each group, tiles outermost so the groups stay in L2.
-    auto run_groups = [&](int64_t g0, int64_t g1) {
-      if (decode != nullptr) {  // one token: the range as kDecodeStreams runs read side by side
-        constexpr int kS = internal::kDecodeStreams;
-        const int64_t run = (g1 - g0) / kS;
-        for (int64_t i = 0; i < run; ++i) {
-          const uint8_t* groups[kS];
-          float* ys[kS];
-          for (int r = 0; r < kS; ++r) {
-            const int64_t g = g0 + r * run + i;
-            groups[r] = wbase + static_cast<size_t>(g) * group_bytes;
-            ys[r] = y + g * kPackRows;
-          }
-          decode(groups, nb, xq, ys);
-        }
-        g0 += kS * run;
-      }
-      for (int64_t t0 = 0; t0 < n_tok; t0 += tile_len) {
-        const int n_x = static_cast<int>(std::min<int64_t>(tile_len, n_tok - t0));
-        for (int64_t g = g0; g < g1; ++g) {
-          kernel(wbase + static_cast<size_t>(g) * group_bytes, nb, xq + static_cast<size_t>(t0 / tile_len) * tile_bytes,
-                 capacity, n_x, y + t0 * w.rows + g * kPackRows, static_cast<size_t>(w.rows));
-        }
-      }
-    };
-    if (!by_node) {
-#pragma omp for schedule(dynamic, 1)
-      for (int64_t c = 0; c < n_chunks; ++c) run_groups(c * chunk, std::min(n_groups, (c + 1) * chunk));
-    } else {
-      // Chunks of each range are handed out by that range's counter; a thread serves its own node's ranges, then
-      // those of nodes without threads. A team smaller than planned (nested in another parallel region) serves all.
-      const int tid = omp_get_thread_num();
-      const bool full_team = omp_get_num_threads() == n_threads;
-      for (int pass = 0; pass < 2; ++pass) {
-        for (int r = 0; r < static_cast<int>(affinity->n_ranges); ++r) {
-          if (full_team ? !internal::ServesRange(*affinity, n_threads, tid, r, pass) : pass == 1) continue;
-          const RowNodeRange& range = affinity->ranges[r];
-          for (;;) {
-            const int64_t c = next_chunk[r].fetch_add(1, std::memory_order_relaxed);
-            const int64_t g0 = range.group_begin + c * chunk;
-            if (g0 >= range.group_end) break;
-            run_groups(g0, std::min(range.group_end, g0 + chunk));
-          }
-        }
-      }
-    }
-  }
-}
-
 }  // namespace
 
 size_t MatMulScratchBytes(DType wtype, int64_t cols, int64_t n_tok) {
   size_t bytes = ActRowStride(wtype, cols) * static_cast<size_t>(n_tok);
-  if (internal::PackedBlockBytes(wtype) > 0) bytes = std::max(bytes, PackedActScratchBytes(wtype, cols, n_tok));
+  if (internal::PackedBlockBytes(wtype) > 0) {
+    const WeightMatrix w{.type = wtype, .rows = kPackRows, .cols = cols, .packed = true};
+    const MatMulJob job{.w = &w, .n_tok = n_tok};
+    bytes = std::max(bytes, MatMulBatchScratchBytes(&job, 1));
+  }
   return bytes;
 }
 
@@ -271,7 +175,11 @@ void MatMul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y, void
   TANDEM_CHECK(w_stride >= row_bytes);
   if (w.rows == 0 || n_tok == 0) return;
   if (w.packed) {
-    PackedMatMul(w, x, n_tok, y, scratch, affinity);
+    const MatMulJob job{.w = &w, .x = x, .n_tok = n_tok, .y = y,
+                        .ranges = affinity == nullptr ? nullptr : affinity->ranges,
+                        .n_ranges = affinity == nullptr ? 0 : affinity->n_ranges};
+    MatMulBatch(&job, 1, scratch, affinity == nullptr ? nullptr : affinity->thread_node,
+                affinity == nullptr ? 0 : affinity->n_thread_nodes);
     return;
   }
 
@@ -286,11 +194,11 @@ void MatMul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y, void
   const auto* wbase = static_cast<const uint8_t*>(w.data);
 
   const int64_t work = w.rows * w.cols * n_tok;
-  const int n_threads = work >= kMinParallelWork ? omp_get_max_threads() : 1;
+  const int n_threads = work >= internal::kMinParallelWork ? omp_get_max_threads() : 1;
   // About 8 chunks per thread balances a noisy machine without cutting the prefetch streams too short.
   int64_t chunk_rows = std::max<int64_t>(1, w.rows / (static_cast<int64_t>(n_threads) * 8));
   if (n_tok > internal::kTokTile) {
-    chunk_rows = std::min<int64_t>(chunk_rows, std::max<size_t>(1, kChunkBytesPrefill / w_stride));
+    chunk_rows = std::min<int64_t>(chunk_rows, std::max<size_t>(1, internal::kChunkBytesPrefill / w_stride));
   }
   const int64_t n_chunks = (w.rows + chunk_rows - 1) / chunk_rows;
 

@@ -12,6 +12,10 @@ namespace tandem::cpu::internal {
 
 // Tokens one kernel call handles: each weight block is loaded once and used against this many activation rows.
 constexpr int kTokTile = 4;
+// Weight bytes per row chunk when many tokens pass over it: well inside L2 (1-2 MiB on current x86 cores).
+constexpr size_t kChunkBytesPrefill = 256 << 10;
+// Below this many multiply-adds a parallel region costs more than it saves.
+constexpr int64_t kMinParallelWork = 1 << 16;
 
 // ---- Activation rows (MatMul's scratch), one per token, in the weight type's vec-dot type ----
 // The values are exactly those of the core quantizers (core/quant.h); only the storage differs where that helps

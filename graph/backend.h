@@ -35,6 +35,24 @@ struct WorkspaceSpec {
   int n_threads = 1;
 };
 
+// One expert's share of an MoE layer: its FFN weights and the tokens routed to it.
+struct ExpertFfnJob {
+  const WeightMatrix* gate = nullptr;  // [n_embd -> n_ff]
+  const WeightMatrix* up = nullptr;    // [n_embd -> n_ff]
+  const WeightMatrix* down = nullptr;  // [n_ff -> n_embd]
+  const int32_t* rows = nullptr;       // host: [m] rows of x routed to it
+  const int32_t* slot_rows = nullptr;  // host: [m] rows of y its weighted outputs go to, each written once
+  const float* weights = nullptr;      // host: [m] routing weights
+  int64_t m = 0;
+};
+// A backend's buffers for ExpertFfns, in its memory.
+struct ExpertBuffers {
+  float* xe = nullptr;    // [rows][n_embd]
+  float* gate = nullptr;  // [rows][n_ff]
+  float* up = nullptr;    // [rows][n_ff]
+  int64_t rows = 0;       // at least every job's m
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -96,6 +114,21 @@ class Backend {
                               int64_t n, float* y) = 0;
   virtual void ScatterRows(const float* x, const int32_t* idx_host, const float* w_host, int64_t n_idx, int64_t n,
                            float* y) = 0;
+
+  // For every job: y[slot_rows[i]] = weights[i] * down(silu(gate x[rows[i]]) * up x[rows[i]]). By default one
+  // expert after another through the ops above; the CPU runs the experts of different NUMA nodes side by side.
+  virtual void ExpertFfns(const ExpertFfnJob* jobs, size_t n_jobs, const float* x, int64_t n_embd, int64_t n_ff,
+                          const ExpertBuffers& buf, float* y) {
+    for (size_t e = 0; e < n_jobs; ++e) {
+      const ExpertFfnJob& j = jobs[e];
+      GatherRows(x, j.rows, j.m, n_embd, buf.xe);
+      MatMul(*j.gate, buf.xe, j.m, buf.gate);
+      MatMul(*j.up, buf.xe, j.m, buf.up);
+      SwiGlu(buf.gate, buf.up, j.m * n_ff, buf.gate);
+      MatMul(*j.down, buf.gate, j.m, buf.xe);
+      ScatterRows(buf.xe, j.slot_rows, j.weights, j.m, n_embd, y);
+    }
+  }
 
   virtual absl::Status TakeError() = 0;
 

@@ -150,6 +150,7 @@ Activations CarveActivations(void* block, const ModelConfig& cfg, int64_t max_to
   a.logits = take(l.logits);
   a.ids = reinterpret_cast<int32_t*>(take(l.ids));
   a.pos = reinterpret_cast<int32_t*>(take(l.pos));
+  a.max_tok = max_tokens;
   return a;
 }
 
@@ -160,6 +161,8 @@ void MoeScratch::Reserve(const ModelConfig& cfg, int64_t max_tokens) {
   rows.resize(max_tokens * k);
   slot_rows.resize(max_tokens * k);
   row_weights.resize(max_tokens * k);
+  expert_begin.resize(cfg.n_expert + 1);
+  jobs.resize(cfg.n_expert);
 }
 
 // ---- The model, one named step per line ----
@@ -222,25 +225,32 @@ void MoeFfn(Backend& be, const StepContext& s, int il, const FfnWeights& w, int6
   const int64_t slot_elems = n * c.n_embd;
   be.MatMul(w.router, act.cur, n, act.router);          Named(s, be, act.router, n * c.n_expert, "ffn_gate_inp", il);
   be.MoeRoute(act.router, n, c.n_expert, k, moe.topk_ids.data(), moe.topk_weights.data());
-  for (int e = 0; e < c.n_expert; ++e) {
-    int64_t m = 0;  // tokens routed to expert e
-    for (int64_t t = 0; t < n; ++t) {
-      for (int j = 0; j < k; ++j) {
-        if (moe.topk_ids[t * k + j] != e) continue;
-        moe.rows[m] = static_cast<int32_t>(t);
-        moe.slot_rows[m] = static_cast<int32_t>(j * n + t);
-        moe.row_weights[m++] = moe.topk_weights[t * k + j];
-      }
+  // Group the (token, slot) pairs by expert, in token order within each: a counting sort.
+  std::fill(moe.expert_begin.begin(), moe.expert_begin.end(), 0);
+  for (int64_t i = 0; i < n * k; ++i) ++moe.expert_begin[moe.topk_ids[i] + 1];
+  for (int e = 0; e < c.n_expert; ++e) moe.expert_begin[e + 1] += moe.expert_begin[e];
+  for (int64_t t = 0; t < n; ++t) {
+    for (int j = 0; j < k; ++j) {
+      const int64_t at = moe.expert_begin[moe.topk_ids[t * k + j]]++;
+      moe.rows[at] = static_cast<int32_t>(t);
+      moe.slot_rows[at] = static_cast<int32_t>(j * n + t);
+      moe.row_weights[at] = moe.topk_weights[t * k + j];
     }
-    if (m == 0) continue;
-    const ExpertWeights& ex = w.experts[e];
-    be.GatherRows(act.cur, moe.rows.data(), m, c.n_embd, act.xe);
-    be.MatMul(ex.gate, act.xe, m, act.gate);
-    be.MatMul(ex.up, act.xe, m, act.up);
-    be.SwiGlu(act.gate, act.up, m * c.n_ff, act.gate);
-    be.MatMul(ex.down, act.gate, m, act.xe);
-    be.ScatterRows(act.xe, moe.slot_rows.data(), moe.row_weights.data(), m, c.n_embd, act.slots);
   }
+  size_t n_jobs = 0;
+  int64_t begin = 0;
+  for (int e = 0; e < c.n_expert; ++e) {
+    const int64_t end = moe.expert_begin[e];  // the pass above moved each expert's start to its end
+    if (end > begin) {
+      const ExpertWeights& ex = w.experts[e];
+      moe.jobs[n_jobs++] = ExpertFfnJob{.gate = &ex.gate, .up = &ex.up, .down = &ex.down, .rows = &moe.rows[begin],
+                                        .slot_rows = &moe.slot_rows[begin], .weights = &moe.row_weights[begin],
+                                        .m = end - begin};
+    }
+    begin = end;
+  }
+  be.ExpertFfns(moe.jobs.data(), n_jobs, act.cur, c.n_embd, c.n_ff,
+                ExpertBuffers{.xe = act.xe, .gate = act.gate, .up = act.up, .rows = act.max_tok}, act.slots);
   for (int j = 1; j < k; ++j) be.Add(act.slots, act.slots + j * slot_elems, slot_elems, act.slots);
   Named(s, be, act.slots, slot_elems, "ffn_moe_out", il);
   be.Add(x, act.slots, slot_elems, x);

@@ -67,6 +67,7 @@ struct Activations {
   float* logits = nullptr;  // [max_tok][n_vocab]
   int32_t* ids = nullptr;   // [max_tok] token ids (this backend's memory)
   int32_t* pos = nullptr;   // [max_tok] positions (this backend's memory)
+  int64_t max_tok = 0;
 };
 // Bytes of the activation buffers for one backend.
 size_t ActivationBytes(const ModelConfig& cfg, int64_t max_tokens);
@@ -77,9 +78,11 @@ Activations CarveActivations(void* block, const ModelConfig& cfg, int64_t max_to
 struct MoeScratch {
   std::vector<int32_t> topk_ids;    // [max_tok][k]
   std::vector<float> topk_weights;  // [max_tok][k]
-  std::vector<int32_t> rows;        // token rows routed to the current expert
+  std::vector<int32_t> rows;        // token rows, grouped by the expert they are routed to
   std::vector<int32_t> slot_rows;   // their rows in Activations::slots (slot * n_tok + token)
   std::vector<float> row_weights;   // their routing weights
+  std::vector<int64_t> expert_begin;  // [n_expert + 1] each expert's first entry in rows
+  std::vector<ExpertFfnJob> jobs;     // [n_expert] the experts with tokens
   void Reserve(const ModelConfig& cfg, int64_t max_tokens);
 };
 

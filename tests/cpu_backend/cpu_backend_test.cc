@@ -256,6 +256,94 @@ TEST(CpuBackend, RepackedWeightsAndNumaRows) {
   }
 }
 
+// An MoE layer's experts through ExpertFfns: the CPU runs packed experts in shared parallel regions, each thread
+// taking its own node's experts first (two threads posing as two nodes here), in as many passes as its buffers
+// hold. Every output row must equal the one-by-one path's (Backend::ExpertFfns) bit for bit, and be the FFN.
+TEST(CpuBackend, ExpertFfnsSideBySideEqualOneByOne) {
+  const int64_t n_embd = 256, n_ff = 512, n_tok = 6;
+  auto b = CreateCpuBackend(CpuBackendOptions{.n_threads = 2, .repack = Repack::kOn});
+  auto quantized = [](int64_t rows, int64_t cols, uint64_t seed) {
+    const std::vector<float> wf = RandomNormal(static_cast<size_t>(rows * cols), seed);
+    std::vector<uint8_t> q(RowBytes(DType::kQ4_0, cols) * rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      TANDEM_CHECK(QuantizeRow(DType::kQ4_0, wf.data() + r * cols, q.data() + r * RowBytes(DType::kQ4_0, cols), cols)
+                       .ok());
+    }
+    return q;
+  };
+  constexpr int kExperts = 4;
+  std::vector<std::vector<uint8_t>> bytes;
+  std::vector<WeightMatrix> raw, packed;
+  for (int e = 0; e < kExperts; ++e) {
+    for (int m = 0; m < 3; ++m) {  // gate, up, down
+      const int64_t rows = m == 2 ? n_embd : n_ff, cols = m == 2 ? n_ff : n_embd;
+      bytes.push_back(quantized(rows, cols, 100 + 3 * e + m));
+      raw.push_back(WeightMatrix{.type = DType::kQ4_0, .data = bytes.back().data(), .rows = rows, .cols = cols,
+                                 .row_stride = RowBytes(DType::kQ4_0, cols)});
+    }
+  }
+  for (const WeightMatrix& w : raw) {
+    absl::StatusOr<WeightMatrix> p = b->PrepareMatMulWeights(w, "expert");
+    ASSERT_TRUE(p.ok()) << p.status();
+    ASSERT_TRUE(p->packed);
+    packed.push_back(*p);
+  }
+  b->SetThreadNodes({0, 1});
+  for (int e = 0; e < kExperts; ++e) {
+    for (int m = 0; m < 3; ++m) {
+      const WeightMatrix& w = packed[3 * e + m];
+      b->SetRowNodes(w.data, {{0, w.rows / cpu::kPackRows, e % 2}});  // experts alternate between the nodes
+    }
+  }
+  ASSERT_TRUE(b->ReserveWorkspace(WorkspaceSpec{.max_tokens = n_tok, .max_cols = n_ff, .max_rows = n_ff,
+                                                .n_ctx = 8, .n_head = 1}).ok());
+  const std::vector<float> x = RandomNormal(static_cast<size_t>(n_tok * n_embd), 7);
+  // Expert e takes tokens e, e + 1, ... (e + 2 of them, wrapping): 2 + 3 + 4 + 5 = 14 rows of y.
+  std::vector<int32_t> rows, slot_rows;
+  std::vector<float> weights;
+  for (int e = 0; e < kExperts; ++e) {
+    for (int i = 0; i < e + 2; ++i) {
+      rows.push_back((e + i) % n_tok);
+      slot_rows.push_back(static_cast<int32_t>(slot_rows.size()));
+      weights.push_back(0.25f + 0.1f * static_cast<float>(i));
+    }
+  }
+  std::vector<ExpertFfnJob> jobs;
+  for (int e = 0, begin = 0; e < kExperts; begin += e + 2, ++e) {
+    jobs.push_back(ExpertFfnJob{.gate = &packed[3 * e], .up = &packed[3 * e + 1], .down = &packed[3 * e + 2],
+                                .rows = &rows[begin], .slot_rows = &slot_rows[begin], .weights = &weights[begin],
+                                .m = e + 2});
+  }
+  const size_t n_rows = rows.size();
+  // Buffers of 6 rows: the passes take experts {0, 1}, {2}, {3}.
+  std::vector<float> xe(n_tok * n_embd), gate(n_tok * n_ff), up(n_tok * n_ff);
+  const ExpertBuffers buf{.xe = xe.data(), .gate = gate.data(), .up = up.data(), .rows = n_tok};
+  std::vector<float> side_by_side(n_rows * n_embd), one_by_one(n_rows * n_embd);
+  Poison(side_by_side);
+  Poison(one_by_one);
+  b->ExpertFfns(jobs.data(), jobs.size(), x.data(), n_embd, n_ff, buf, side_by_side.data());
+  b->Backend::ExpertFfns(jobs.data(), jobs.size(), x.data(), n_embd, n_ff, buf, one_by_one.data());
+  ASSERT_TRUE(b->TakeError().ok());
+  EXPECT_EQ(std::memcmp(side_by_side.data(), one_by_one.data(), one_by_one.size() * sizeof(float)), 0);
+
+  // And it is the FFN: against the reference kernels on the GGUF rows, row by row. Both round the activations as
+  // llama.cpp does, so only the float order differs (measured 7e-15).
+  std::vector<float> g(n_ff), u(n_ff), want(n_embd), got(side_by_side.begin(), side_by_side.end());
+  std::vector<float> all_want;
+  for (size_t k = 0, e = 0; e < jobs.size(); ++e) {
+    for (int64_t i = 0; i < jobs[e].m; ++i, ++k) {
+      const float* xr = x.data() + rows[k] * n_embd;
+      cpu::MatMulRef(raw[3 * e], xr, 1, g.data());
+      cpu::MatMulRef(raw[3 * e + 1], xr, 1, u.data());
+      cpu::SwiGlu(g.data(), u.data(), n_ff, g.data());
+      cpu::MatMulRef(raw[3 * e + 2], g.data(), 1, want.data());
+      for (float v : want) all_want.push_back(weights[k] * v);
+    }
+  }
+  EXPECT_LT(Nmse(got, all_want), 1e-11);
+  std::printf("  experts vs reference FFN: NMSE %.3g\n", Nmse(got, all_want));
+}
+
 TEST(CpuBackend, ThreadOption) {
   const int before = omp_get_max_threads();
   auto b = CreateCpuBackend(CpuBackendOptions{.n_threads = 1});

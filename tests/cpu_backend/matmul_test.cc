@@ -339,6 +339,66 @@ TEST(MatMulAffinity, SameProductsWhoeverComputesThem) {
   omp_set_num_threads(saved);
 }
 
+TEST(MatMulAffinity, RangeOfNoNodeIsAnyones) {
+  const RowNodeRange ranges[] = {{0, 10, -1}, {10, 20, 1}};
+  const int thread_node[] = {0, 1};
+  const MatMulAffinity a{.ranges = ranges, .n_ranges = 2, .thread_node = thread_node, .n_thread_nodes = 2};
+  const std::vector<std::vector<int>> order = AffinityRangeOrder(a, 2);
+  EXPECT_EQ(order[0], (std::vector<int>{0}));
+  EXPECT_EQ(order[1], (std::vector<int>{0, 1}));
+}
+
+// Several products in one parallel region, as an MoE layer's experts go: each equals MatMul of its job alone, bit
+// for bit, whichever node's threads take it, for one token (the decode runs) and for tiles; consecutive jobs on the
+// same x (an expert's gate and up) share its quantized tiles.
+TEST(MatMulBatch, EachProductEqualsMatMulAlone) {
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(2);
+  const int two_nodes[] = {0, 1};
+  const RowNodeRange on_node0[] = {{0, 24, 0}};
+  const RowNodeRange on_node1[] = {{0, 24, 1}};
+  const RowNodeRange split[] = {{0, 5, 1}, {5, 12, 0}};
+  for (int64_t n_tok : {1, 5, 20}) {
+    const Problem& a = GetProblem(DType::kQ4_0, 24 * kPackRows, 512, n_tok, 0, 1200);
+    const Problem& b = GetProblem(DType::kQ4_0, 24 * kPackRows, 512, n_tok, 0, 1201);  // takes a's x
+    const Problem& c = GetProblem(DType::kQ8_0, 12 * kPackRows, 256, n_tok, 0, 1202);
+    const Problem& d = GetProblem(DType::kQ4_K, 8 * kPackRows, 1024, n_tok, 0, 1203);
+    const Problem* problems[] = {&a, &b, &c, &d};
+    const float* xs[] = {a.x.data(), a.x.data(), c.x.data(), d.x.data()};
+    std::vector<std::vector<uint8_t>> packed;
+    std::vector<WeightMatrix> pm;
+    for (const Problem* p : problems) {
+      packed.emplace_back(PackedBytes(p->w.m));
+      pm.push_back(Repack(p->w.m, packed.back().data()));
+    }
+    std::vector<std::vector<float>> got(4), alone(4);
+    for (int i = 0; i < 4; ++i) {
+      got[i].resize(static_cast<size_t>(pm[i].rows * n_tok));
+      alone[i].resize(got[i].size());
+      Poison(got[i]);
+      std::vector<uint8_t> scratch(MatMulScratchBytes(pm[i].type, pm[i].cols, n_tok));
+      MatMul(pm[i], xs[i], n_tok, alone[i].data(), scratch.data());
+    }
+    const MatMulJob jobs[] = {
+        {.w = &pm[0], .x = xs[0], .n_tok = n_tok, .y = got[0].data(), .ranges = on_node0, .n_ranges = 1},
+        {.w = &pm[1], .x = xs[1], .n_tok = n_tok, .y = got[1].data(), .ranges = on_node1, .n_ranges = 1},
+        {.w = &pm[2], .x = xs[2], .n_tok = n_tok, .y = got[2].data(), .ranges = split, .n_ranges = 2},
+        {.w = &pm[3], .x = xs[3], .n_tok = n_tok, .y = got[3].data()},
+    };
+    const size_t bytes = MatMulBatchScratchBytes(jobs, 4);
+    EXPECT_LT(bytes, MatMulBatchScratchBytes(jobs, 1) + MatMulBatchScratchBytes(jobs + 1, 3));  // a and b share
+    std::vector<uint8_t> scratch(bytes);
+    MatMulBatch(jobs, 4, scratch.data(), two_nodes, 2);
+    for (int i = 0; i < 4; ++i) {
+      EXPECT_EQ(std::memcmp(got[i].data(), alone[i].data(), got[i].size() * sizeof(float)), 0)
+          << "job " << i << " n_tok=" << n_tok;
+      EXPECT_LT(Nmse(got[i], i == 1 ? RunRef(problems[1]->w.m, a.x, n_tok) : problems[i]->ref),
+                kTol.at(pm[i].type));
+    }
+  }
+  omp_set_num_threads(saved);
+}
+
 INSTANTIATE_TEST_SUITE_P(AllTypes, MatMulTest,
                          testing::Combine(testing::ValuesIn(kWeightTypes),
                                           testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512)),
