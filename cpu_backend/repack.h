@@ -76,7 +76,7 @@ using PackedKernelFn = void (*)(const uint8_t* group, int64_t nb, const uint8_t*
 PackedKernelFn ScalarPackedKernel(DType wtype);
 PackedKernelFn Avx512PackedKernel(DType wtype);  // call only when DetectedIsa() == kAvx512
 // Decode: one token (a tile of capacity 1) against kDecodeStreams groups, y[g][r] for r < 16. Null when the type
-// has no such kernel; the products equal the one-group kernel's.
+// reads its weights faster one group at a time (Q8_0); the products equal the one-group kernel's.
 constexpr int kDecodeStreams = 4;
 using PackedDecodeFn = void (*)(const uint8_t* const* groups, int64_t nb, const uint8_t* tile, float* const* y);
 PackedDecodeFn Avx512PackedDecode(DType wtype);  // call only when DetectedIsa() == kAvx512
