@@ -2,16 +2,15 @@
 #include "cpu_backend/cpu_backend.h"
 
 #include <omp.h>
-#include <sys/mman.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
-#include <string_view>
 
 #include "absl/container/flat_hash_map.h"
 #include "core/status.h"
+#include "cpu_backend/host_block.h"
 #include "cpu_backend/kernels.h"
 #include "cpu_backend/repack.h"
 
@@ -20,24 +19,11 @@ namespace {
 
 constexpr size_t kAlignment = 64;  // a cache line, and the widest vector load
 
-constexpr size_t kHugePage = 2 << 20;
-
 void* AlignedHostAlloc(size_t bytes) {
   // aligned_alloc wants a multiple of the alignment, and a zero-byte request still gets a distinct pointer.
   const size_t rounded = std::max(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
-  if (rounded < kHugePage) return std::aligned_alloc(kAlignment, rounded);
-  // Weights and large buffers on transparent huge pages where the system allows them (THP "madvise" or "always"):
-  // a one-token matmul streams its weights once per token, and with 4 KiB pages it reached 8-16 % fewer tokens/s
-  // (tg64, Q4_0 and Q8_0, side by side). The block is reserved in whole huge pages (aligned_alloc wants a multiple
-  // of the alignment), but only the huge pages the bytes fill are advised, so a partial last one costs no memory.
-  // TANDEM_THP=0 keeps 4 KiB pages, for comparisons.
-  static const bool huge = [] {
-    const char* env = std::getenv("TANDEM_THP");
-    return env == nullptr || std::string_view(env) != "0";
-  }();
-  void* p = std::aligned_alloc(kHugePage, (rounded + kHugePage - 1) / kHugePage * kHugePage);
-  if (p != nullptr && huge) madvise(p, rounded / kHugePage * kHugePage, MADV_HUGEPAGE);
-  return p;
+  if (rounded >= cpu::kHugePage) return cpu::AllocHostBlock(rounded);  // weights and large buffers
+  return std::aligned_alloc(kAlignment, rounded);
 }
 
 // Weight types whose matmul scratch the workspace must cover.

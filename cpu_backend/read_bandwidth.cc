@@ -2,12 +2,14 @@
 
 #include <immintrin.h>
 #include <omp.h>
-#include <sys/mman.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+
+#include "core/status.h"
+#include "cpu_backend/host_block.h"
 
 namespace tandem::cpu {
 namespace {
@@ -42,10 +44,9 @@ uint64_t SumScalar(const uint8_t* p, size_t bytes) {
 }  // namespace
 
 ReadBandwidthProbe::ReadBandwidthProbe(size_t bytes) : bytes_(std::max(bytes / kChunk, size_t{1}) * kChunk) {
-  // On huge pages where the system allows, as the CPU backend holds weights: the probe is the roof they are held to.
-  constexpr size_t kHugePage = 2 << 20;
-  buf_ = static_cast<uint8_t*>(std::aligned_alloc(kHugePage, (bytes_ + kHugePage - 1) / kHugePage * kHugePage));
-  madvise(buf_, bytes_ / kHugePage * kHugePage, MADV_HUGEPAGE);
+  // On the pages the CPU backend holds weights on: the probe is the roof they are held to.
+  buf_ = static_cast<uint8_t*>(AllocHostBlock(bytes_));
+  TANDEM_CHECK(buf_ != nullptr);
   // First touch from every thread, so pages land where the readers run.
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < static_cast<int64_t>(bytes_ / 4096); ++i) std::memset(buf_ + i * 4096, i & 0xFF, 4096);

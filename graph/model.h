@@ -67,7 +67,7 @@ struct Activations {
   float* logits = nullptr;  // [max_tok][n_vocab]
   int32_t* ids = nullptr;   // [max_tok] token ids (this backend's memory)
   int32_t* pos = nullptr;   // [max_tok] positions (this backend's memory)
-  int64_t max_tok = 0;
+  int64_t max_tok = 0;      // rows each [max_tok] buffer holds
 };
 // Bytes of the activation buffers for one backend.
 size_t ActivationBytes(const ModelConfig& cfg, int64_t max_tokens);
