@@ -22,12 +22,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "core/dtype.h"
 #include "cpu_backend/repack.h"
+#include "cpu_backend/host_block.h"
 #include "cpu_backend/kernels.h"
 #include "cpu_backend/read_bandwidth.h"
 
@@ -194,29 +196,36 @@ int main(int argc, char** argv) {
     // probe alone does not evict a matrix of a few tens of MB from a large L3 (measured: a 48 MB buffer read
     // right after the probe came back at ~3x DRAM speed). Like a real model, where each layer has its own.
     const size_t n_copies = std::max<size_t>(1, std::min<size_t>(16, (size_t{768} << 20) / w.size()));
-    std::vector<std::vector<uint8_t>> copies(n_copies, w);
+    // Allocated as the backend allocates weights (huge pages where allowed; TANDEM_THP=0 for 4 KiB ones), so the
+    // bench, the probe and the model read the same kind of pages.
     const WeightMatrix gguf_view{*type, w.data(), rows, cols, row_bytes};
     const bool pack = packed && tandem::cpu::CanRepack(gguf_view);
-    if (pack) {  // each copy becomes its packed form
-      for (auto& c : copies) {
-        std::vector<uint8_t> p(tandem::cpu::PackedBytes(gguf_view));
-        tandem::cpu::Repack(WeightMatrix{*type, c.data(), rows, cols, row_bytes}, p.data());
-        c = std::move(p);
+    const size_t w_bytes = pack ? tandem::cpu::PackedBytes(gguf_view) : w.size();
+    std::vector<std::unique_ptr<uint8_t, decltype(&std::free)>> copies;
+    for (size_t i = 0; i < n_copies; ++i) {
+      copies.emplace_back(static_cast<uint8_t*>(tandem::cpu::AllocHostBlock(w_bytes)), &std::free);
+      if (copies.back() == nullptr) {
+        std::fprintf(stderr, "out of memory for %zu copies of %zu bytes\n", n_copies, w_bytes);
+        return 1;
+      }
+      if (pack) {
+        tandem::cpu::Repack(gguf_view, copies.back().get());
+      } else {
+        std::memcpy(copies.back().get(), w.data(), w_bytes);
       }
     }
     const std::string label = pack ? name + "p" : name;
-    const size_t w_bytes = copies[0].size();
     std::vector<uint8_t> scratch(tandem::cpu::MatMulScratchBytes(*type, cols, max_tok));
     for (int64_t n_tok : ntoks) {
       // Prefill-sized runs take long; fewer repetitions keep the whole table to minutes.
       const int n_reps = n_tok >= 256 ? std::max(1, reps / 3) : reps;
-      const WeightMatrix first{.type = *type, .data = copies[0].data(), .rows = rows, .cols = cols, .row_stride = row_bytes, .packed = pack};
+      const WeightMatrix first{.type = *type, .data = copies[0].get(), .rows = rows, .cols = cols, .row_stride = row_bytes, .packed = pack};
       tandem::cpu::MatMul(first, x.data(), n_tok, y.data(), scratch.data());  // warm-up: threads, page tables
       std::vector<double> times, cpu_times, probes;
       for (int r = 0; r < n_reps; ++r) {
         probes.push_back(probe.Run(w_bytes));
         const double t0 = Now(), c0 = CpuNow();
-        const WeightMatrix m{.type = *type, .data = copies[(r + 1) % n_copies].data(), .rows = rows, .cols = cols, .row_stride = row_bytes, .packed = pack};
+        const WeightMatrix m{.type = *type, .data = copies[(r + 1) % n_copies].get(), .rows = rows, .cols = cols, .row_stride = row_bytes, .packed = pack};
         tandem::cpu::MatMul(m, x.data(), n_tok, y.data(), scratch.data());
         cpu_times.push_back(CpuNow() - c0);
         times.push_back(Now() - t0);
