@@ -28,6 +28,7 @@ struct UnitSpec {
   int n_expert = 0;                  // routed experts (0: dense unit)
   int n_expert_used = 0;             // experts each token is routed to
   double dense_params = 0;           // matmul weights every token multiplies by (q/k/v/o, router, dense FFN, head)
+  double kv_params = 0;              // attention: of dense_params, wk and wv (what a token multiplies by to be cached)
   double expert_params = 0;          // matmul weights of ONE expert (gate + up + down)
   DType main_type = DType::kF32;     // the type holding most of the bytes: selects the CPU rate
   int64_t rows = 0;                  // embd: table rows (n_vocab), for the bytes a lookup reads
@@ -42,7 +43,9 @@ struct UnitSpec {
   }
 };
 
-// What a unit does for n_tok tokens attending (on average) to `ctx` cache rows.
+// What a unit does for n_tok tokens attending (on average) to `ctx` cache rows. n_live < n_tok (the model's last
+// layer and head in prefill, where only the tokens whose logits are asked for go on, graph/model.cc): all n_tok
+// are cached, but queries, attention, `wo`, the FFN and the head run for n_live tokens only; negative means all.
 struct UnitWork {
   double weight_bytes_read = 0;  // weights the matmuls read (MoE: only the experts the batch routes to)
   double flops = 0;              // matmul FLOPs
@@ -50,7 +53,7 @@ struct UnitWork {
   double attn_flops = 0;         // attention: QK^T and PV FLOPs
   int n_ops = 0;                 // kernel calls
 };
-UnitWork WorkOf(const UnitSpec& u, int64_t n_tok, double ctx, int kv_elem_bytes);
+UnitWork WorkOf(const UnitSpec& u, int64_t n_tok, double ctx, int kv_elem_bytes, int64_t n_live = -1);
 
 // Expected distinct experts hit when n_tok tokens each pick k of e uniformly: e * (1 - (1 - k/e)^n_tok).
 double ExpectedExpertsHit(int e, int k, int64_t n_tok);
@@ -59,6 +62,7 @@ struct CostQuery {
   int64_t n_tok = 1;       // tokens in the batch
   double ctx = 0;          // average cache rows each token attends to
   int kv_elem_bytes = 2;   // F16 cache
+  int64_t n_live = -1;     // tokens past the cache store (WorkOf); negative: all n_tok
 };
 // Predicted seconds for the unit placed at `p`.
 double UnitSeconds(const UnitSpec& u, Placement p, const CostQuery& q, const MachineProfile& prof);

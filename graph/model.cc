@@ -277,6 +277,7 @@ void OutputUnit(Backend& be, const StepContext& s, const WeightMatrix& norm, con
                 int64_t first_row, Activations& act) {
   const ModelConfig& c = *s.cfg;
   const int64_t rows = s.n_tok - first_row;
+  if (rows == 0) return;  // a prefill chunk that asks for no logits
   be.RmsNorm(act.x + first_row * c.n_embd, static_cast<const float*>(norm.data), rows, c.n_embd, c.rms_eps,
              act.cur);
   Named(s, be, act.cur, rows * c.n_embd, "result_norm", -1);

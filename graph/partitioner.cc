@@ -34,6 +34,19 @@ bool AnyGpuSide(const Option& o) { return GpuSide(o.prefill) || GpuSide(o.decode
 static_assert(static_cast<int>(Placement::kCpu) == 0 && static_cast<int>(Placement::kGpu) == 1 &&
               static_cast<int>(Placement::kStream) == 2);
 
+// Seconds of one prefill chunk, averaged over a prompt of `chunks` chunks. Past the last layer's cache store only
+// the prompt's last token goes on (graph/model.cc), and only in the last chunk: the model's last attention, its
+// FFN and the head cost their cache-only share in every chunk and a one-token share once per prompt.
+double PrefillChunkSeconds(const UnitSpec& u, Placement p, const CostQuery& q, double chunks, int n_layer,
+                           const MachineProfile& prof) {
+  if (u.kind != UnitKind::kOutput && (u.layer < 0 || u.layer != n_layer - 1)) return UnitSeconds(u, p, q, prof);
+  CostQuery cache_only = q, one_token = q;
+  cache_only.n_live = 0;
+  one_token.n_live = 1;
+  const double s0 = UnitSeconds(u, p, cache_only, prof);
+  return s0 + (UnitSeconds(u, p, one_token, prof) - s0) / std::max(chunks, 1.0);
+}
+
 // Everything derived once from the input.
 class Planner {
  public:
@@ -51,9 +64,10 @@ class Planner {
     ws_bytes_ = GpuWorkspaceEstimate(c, std::max(in.prefill_batch, 1), in.n_ctx, in.n_threads,
                                      in.profile.gpu_library_workspace_bytes);
     for (const UnitSpec& u : in.units) {
-      prefill_s_.push_back({UnitSeconds(u, Placement::kCpu, q_prefill_, in.profile),
-                            UnitSeconds(u, Placement::kGpu, q_prefill_, in.profile),
-                            UnitSeconds(u, Placement::kStream, q_prefill_, in.profile)});
+      auto prefill = [&](Placement p) {
+        return PrefillChunkSeconds(u, p, q_prefill_, w_prefill_, c.n_layer, in.profile);
+      };
+      prefill_s_.push_back({prefill(Placement::kCpu), prefill(Placement::kGpu), prefill(Placement::kStream)});
       decode_s_.push_back({UnitSeconds(u, Placement::kCpu, q_decode_, in.profile),
                            UnitSeconds(u, Placement::kGpu, q_decode_, in.profile),
                            UnitSeconds(u, Placement::kStream, q_decode_, in.profile)});
@@ -198,6 +212,8 @@ Plan Planner::Finish(const Assignment& a, uint64_t cap, std::string why) const {
   const uint64_t logits_row = static_cast<uint64_t>(c.n_vocab) * sizeof(float);
   double prefill_s = 0, decode_s = 0;
   uint64_t prefill_pcie = 0, decode_pcie = 0;
+  // The report's batch is a full one; a prompt fills this many of them.
+  const double report_chunks = static_cast<double>(std::max(in_.prompt_tokens, 1)) / static_cast<double>(batch);
   for (size_t i = 0; i < a.size(); ++i) {
     const UnitSpec& u = in_.units[i];
     UnitPlan up;
@@ -209,7 +225,8 @@ Plan Planner::Finish(const Assignment& a, uint64_t cap, std::string why) const {
     up.weight_bytes = u.weight_bytes;
     up.tensors = u.tensors;
     up.kv_bytes = kv(i);
-    up.predicted_prefill_s = UnitSeconds(u, up.prefill, q_prefill_report_, in_.profile);
+    up.predicted_prefill_s =
+        PrefillChunkSeconds(u, up.prefill, q_prefill_report_, report_chunks, c.n_layer, in_.profile);
     up.predicted_decode_s = UnitSeconds(u, up.decode, q_decode_, in_.profile);
     prefill_s += up.predicted_prefill_s;
     decode_s += up.predicted_decode_s;

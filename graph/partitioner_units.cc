@@ -96,6 +96,7 @@ absl::StatusOr<std::vector<UnitSpec>> BuildUnits(const ModelConfig& cfg, std::sp
       AddTensor(t, &u, &tally[idx]);
       if (!is_ffn) {
         u.dense_params += MatrixParams(t);
+        if (rest.rfind("attn_k.", 0) == 0 || rest.rfind("attn_v.", 0) == 0) u.kv_params += MatrixParams(t);
       } else if (rest.find("_exps") != std::string::npos && t.n_dims >= 3) {
         u.expert_bytes += t.nbytes;
         u.expert_params += MatrixParams(t);  // one expert's slice

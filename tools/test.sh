@@ -12,7 +12,7 @@ if [ "${SANITIZE:-1}" = 1 ]; then
   cmake -S . -B build-asan -DTANDEM_SANITIZE=ON -DTANDEM_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
   cmake --build build-asan -j"$(nproc)" >/dev/null
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    ctest --test-dir build-asan --output-on-failure -j"$(nproc)" --timeout 1800 -E 'PredictedDecodeTime'
+    ctest --test-dir build-asan --output-on-failure -j"$(nproc)" --timeout 1800 -E 'Predicted(Decode|Prefill)Time'
 fi
 
 fuzz_seconds="${FUZZ_SECONDS:-60}"

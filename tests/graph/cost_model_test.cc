@@ -85,6 +85,53 @@ TEST(CostModel, AttentionWork) {
   EXPECT_EQ(u.KvBytes(100, 2), 2u * 100 * 16 * 2);
 }
 
+// The last layer in prefill: every token is cached, only the live ones (those whose logits are asked for) go on.
+TEST(CostModel, PastTheCacheStoreOnlyLiveTokensWork) {
+  UnitSpec attn;
+  attn.kind = UnitKind::kAttn;
+  attn.n_head = 4;
+  attn.head_dim = 8;
+  attn.n_embd_kv = 16;
+  attn.dense_params = 1000;  // of which wk and wv
+  attn.kv_params = 250;
+  attn.weight_bytes = 4000;
+  const UnitWork cache_only = WorkOf(attn, 64, 100, 2, /*n_live=*/0);
+  EXPECT_DOUBLE_EQ(cache_only.weight_bytes_read, 1000.0);  // wk and wv: a quarter of the bytes
+  EXPECT_DOUBLE_EQ(cache_only.flops, 2.0 * 64 * 250);
+  EXPECT_DOUBLE_EQ(cache_only.kv_bytes_read, 0.0);
+  EXPECT_DOUBLE_EQ(cache_only.attn_flops, 0.0);
+  const UnitWork one = WorkOf(attn, 64, 100, 2, /*n_live=*/1);
+  EXPECT_DOUBLE_EQ(one.weight_bytes_read, 4000.0);
+  EXPECT_DOUBLE_EQ(one.flops, 2.0 * (64 * 250 + 750));
+  EXPECT_DOUBLE_EQ(one.attn_flops, 4.0 * 100 * 4 * 8);
+  const UnitWork all = WorkOf(attn, 64, 100, 2);
+  EXPECT_DOUBLE_EQ(all.flops, 2.0 * 64 * 1000);
+
+  const UnitSpec ffn = DenseFfn();
+  const UnitWork ffn_none = WorkOf(ffn, 64, 0, 2, 0);
+  EXPECT_DOUBLE_EQ(ffn_none.weight_bytes_read, 0.0);
+  EXPECT_DOUBLE_EQ(ffn_none.flops, 0.0);
+  EXPECT_EQ(ffn_none.n_ops, 0);
+  EXPECT_DOUBLE_EQ(WorkOf(ffn, 64, 0, 2, 1).flops, 2.0 * 12e6);
+
+  UnitSpec moe;  // one live token reads the 2 experts it is routed to, not the 8 a 64-token batch would touch
+  moe.kind = UnitKind::kFfn;
+  moe.n_expert = 8;
+  moe.n_expert_used = 2;
+  moe.expert_bytes = 8000;
+  moe.weight_bytes = 8000 + 100;
+  moe.expert_params = 1000;
+  moe.dense_params = 50;
+  EXPECT_DOUBLE_EQ(WorkOf(moe, 64, 0, 2, 1).weight_bytes_read, 100 + 2000);
+
+  UnitSpec head;
+  head.kind = UnitKind::kOutput;
+  head.dense_params = 5000;
+  head.weight_bytes = 5000;
+  EXPECT_DOUBLE_EQ(WorkOf(head, 64, 0, 2, 1).flops, 2.0 * 5000);
+  EXPECT_DOUBLE_EQ(WorkOf(head, 64, 0, 2, 0).weight_bytes_read, 0.0);
+}
+
 TEST(CostModel, CpuDecodeIsBandwidthBound) {
   const MachineProfile p = Profile();
   const UnitSpec u = DenseFfn();

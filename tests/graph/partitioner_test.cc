@@ -94,6 +94,8 @@ TEST(Partitioner, MixtralUnitsHaveTheExpectedBytes) {
   EXPECT_EQ(in.units[2].n_expert, 8);
   EXPECT_EQ(in.units[2].n_expert_used, 2);
   EXPECT_DOUBLE_EQ(in.units[2].expert_params, 3.0 * 4096 * 14336);
+  EXPECT_DOUBLE_EQ(in.units[1].dense_params, 2.0 * 4096 * 4096 + 2.0 * 4096 * 1024);
+  EXPECT_DOUBLE_EQ(in.units[1].kv_params, 2.0 * 4096 * 1024);  // wk and wv
   EXPECT_EQ(in.units[1].KvBytes(4096, 2), 2ull * 4096 * 1024 * 2);
   // Packed for the device, each tensor on a 256-byte boundary: the 16 KiB norm and the 128 KiB router already are.
   EXPECT_EQ(in.units[1].packed_bytes, in.units[1].weight_bytes);

@@ -82,15 +82,18 @@ TEST_F(PlanCli, ExpertsOnCpuAttentionOnGpu) {
   const nlohmann::json j = PlanJson("-m " + DataPath("models/tiny-mixtral-Q4_0.gguf") +
                                     " --device sim:64MiB --place 'ffn_.*_exps=cpu'");
   int n_attn = 0;
+  const int last = j["model"]["n_layer"].get<int>() - 1;
   for (const nlohmann::json& u : j["units"]) {
     if (u["kind"] == "ffn") {
       EXPECT_EQ(u["prefill"], "cpu") << u["name"];
       EXPECT_EQ(u["decode"], "cpu") << u["name"];
-    } else if (u["kind"] == "attn") {
+    } else if (u["kind"] == "attn" && u["layer"] != last) {
       ++n_attn;
       EXPECT_EQ(u["decode"], "gpu") << u["name"];
     }
   }
+  // Not the last layer's: it computes only K and V for all but the prompt's last token (cost_model_test), so on
+  // this tiny model its prefill gain on the GPU no longer pays for the two PCIe crossings around it.
   EXPECT_GT(n_attn, 0);
 }
 
