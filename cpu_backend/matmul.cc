@@ -146,9 +146,12 @@ size_t ActRowStride(DType wtype, int64_t cols) {
 size_t MatMulScratchBytes(DType wtype, int64_t cols, int64_t n_tok) {
   size_t bytes = ActRowStride(wtype, cols) * static_cast<size_t>(n_tok);
   if (internal::PackedBlockBytes(wtype) > 0) {
+    // Any count up to n_tok: one token keeps a tile per thread, which a few tokens' shared tiles may not cover.
     const WeightMatrix w{.type = wtype, .rows = kPackRows, .cols = cols, .packed = true};
-    const MatMulJob job{.w = &w, .n_tok = n_tok};
-    bytes = std::max(bytes, MatMulBatchScratchBytes(&job, 1));
+    for (int64_t t : {int64_t{1}, n_tok}) {
+      const MatMulJob job{.w = &w, .n_tok = t};
+      if (t > 0) bytes = std::max(bytes, MatMulBatchScratchBytes(&job, 1));
+    }
   }
   return bytes;
 }
