@@ -30,14 +30,21 @@ MachineProfile Profile() {
 
 // A dense FFN: 3 matrices of 1000 x 4000 in Q8_0 (34 bytes per 32 weights).
 UnitSpec DenseFfn() {
-  UnitSpec u;
-  u.name = "blk.0.ffn";
-  u.kind = UnitKind::kFfn;
-  u.layer = 0;
-  u.dense_params = 3.0 * 1000 * 4000;
-  u.weight_bytes = 3ull * 1000 * 4000 / 32 * 34;
-  u.main_type = DType::kQ8_0;
-  return u;
+  return UnitSpec{.name = "blk.0.ffn", .kind = UnitKind::kFfn, .layer = 0,
+                  .weight_bytes = 3ull * 1000 * 4000 / 32 * 34, .dense_params = 3.0 * 1000 * 4000,
+                  .main_type = DType::kQ8_0};
+}
+
+// 8 experts of 1000 weights (1000 bytes each), 2 used per token, and 50 dense weights (100 bytes: router, norm).
+UnitSpec SmallMoe() {
+  return UnitSpec{.kind = UnitKind::kFfn, .weight_bytes = 8000 + 100, .expert_bytes = 8000, .n_expert = 8,
+                  .n_expert_used = 2, .dense_params = 50, .expert_params = 1000};
+}
+
+// 4 heads of 8, K/V rows of 16; 1000 weights in 4000 bytes, of which wk and wv hold 250.
+UnitSpec SmallAttention() {
+  return UnitSpec{.kind = UnitKind::kAttn, .weight_bytes = 4000, .dense_params = 1000, .kv_params = 250,
+                  .n_head = 4, .head_dim = 8, .n_embd_kv = 16};
 }
 
 TEST(CostModel, ExpectedExpertsHit) {
@@ -58,27 +65,14 @@ TEST(CostModel, DenseWork) {
 }
 
 TEST(CostModel, MoeDecodeReadsOnlyRoutedExperts) {
-  UnitSpec u;
-  u.kind = UnitKind::kFfn;
-  u.n_expert = 8;
-  u.n_expert_used = 2;
-  u.expert_bytes = 8000;
-  u.weight_bytes = 8000 + 100;  // router and norm
-  u.expert_params = 1000;
-  u.dense_params = 50;
+  const UnitSpec u = SmallMoe();
   const UnitWork w = WorkOf(u, 1, 0, 2);
   EXPECT_DOUBLE_EQ(w.weight_bytes_read, 100 + 2000);  // 2 of 8 experts
   EXPECT_DOUBLE_EQ(w.flops, 2.0 * (50 + 2 * 1000));
 }
 
 TEST(CostModel, AttentionWork) {
-  UnitSpec u;
-  u.kind = UnitKind::kAttn;
-  u.n_head = 4;
-  u.head_dim = 8;
-  u.n_embd_kv = 16;
-  u.dense_params = 1000;
-  u.weight_bytes = 4000;
+  const UnitSpec u = SmallAttention();
   const UnitWork w = WorkOf(u, 1, 100, 2);
   EXPECT_DOUBLE_EQ(w.kv_bytes_read, 2.0 * 100 * 16 * 2);  // K and V rows, F16
   EXPECT_DOUBLE_EQ(w.attn_flops, 4.0 * 100 * 4 * 8);
@@ -87,14 +81,7 @@ TEST(CostModel, AttentionWork) {
 
 // The last layer in prefill: every token is cached, only the live ones (those whose logits are asked for) go on.
 TEST(CostModel, PastTheCacheStoreOnlyLiveTokensWork) {
-  UnitSpec attn;
-  attn.kind = UnitKind::kAttn;
-  attn.n_head = 4;
-  attn.head_dim = 8;
-  attn.n_embd_kv = 16;
-  attn.dense_params = 1000;  // of which wk and wv
-  attn.kv_params = 250;
-  attn.weight_bytes = 4000;
+  const UnitSpec attn = SmallAttention();
   const UnitWork cache_only = WorkOf(attn, 64, 100, 2, /*n_live=*/0);
   EXPECT_DOUBLE_EQ(cache_only.weight_bytes_read, 1000.0);  // wk and wv: a quarter of the bytes
   EXPECT_DOUBLE_EQ(cache_only.flops, 2.0 * 64 * 250);
@@ -114,15 +101,8 @@ TEST(CostModel, PastTheCacheStoreOnlyLiveTokensWork) {
   EXPECT_EQ(ffn_none.n_ops, 0);
   EXPECT_DOUBLE_EQ(WorkOf(ffn, 64, 0, 2, 1).flops, 2.0 * 12e6);
 
-  UnitSpec moe;  // one live token reads the 2 experts it is routed to, not the 8 a 64-token batch would touch
-  moe.kind = UnitKind::kFfn;
-  moe.n_expert = 8;
-  moe.n_expert_used = 2;
-  moe.expert_bytes = 8000;
-  moe.weight_bytes = 8000 + 100;
-  moe.expert_params = 1000;
-  moe.dense_params = 50;
-  EXPECT_DOUBLE_EQ(WorkOf(moe, 64, 0, 2, 1).weight_bytes_read, 100 + 2000);
+  // One live token reads the 2 experts it is routed to, not the 8 a 64-token batch would touch.
+  EXPECT_DOUBLE_EQ(WorkOf(SmallMoe(), 64, 0, 2, 1).weight_bytes_read, 100 + 2000);
 
   UnitSpec head;
   head.kind = UnitKind::kOutput;
