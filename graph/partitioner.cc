@@ -39,7 +39,7 @@ static_assert(static_cast<int>(Placement::kCpu) == 0 && static_cast<int>(Placeme
 // FFN and the head cost their cache-only share in every chunk and a one-token share once per prompt.
 double PrefillChunkSeconds(const UnitSpec& u, Placement p, const CostQuery& q, double chunks, int n_layer,
                            const MachineProfile& prof) {
-  if (u.kind != UnitKind::kOutput && (u.layer < 0 || u.layer != n_layer - 1)) return UnitSeconds(u, p, q, prof);
+  if (u.kind != UnitKind::kOutput && u.layer != n_layer - 1) return UnitSeconds(u, p, q, prof);
   CostQuery cache_only = q, one_token = q;
   cache_only.n_live = 0;
   one_token.n_live = 1;
