@@ -48,8 +48,8 @@ bool SameActivations(const MatMulJob& a, const MatMulJob& b) {
 // What the threads need of one job, worked out before the parallel region.
 struct JobPlan {
   internal::PackedKernelFn kernel = nullptr;
-  internal::PackedDecodeFn decode = nullptr;  // one token: kDecodeStreams groups side by side
-  int64_t nb = 0;                             // blocks (super-blocks for Q4_K) per row
+  internal::PackedDecode decode;  // one token: decode.streams groups side by side
+  int64_t nb = 0;                 // blocks (super-blocks for Q4_K) per row
   size_t group_bytes = 0;
   int capacity = 0;       // token slots per tile: 1 for a single token, else kPackedTokTile
   size_t tile_bytes = 0;
@@ -89,7 +89,7 @@ void MatMulBatch(const MatMulJob* jobs, size_t n_jobs, void* scratch, const int*
     p.kernel = isa == Isa::kAvx512 ? internal::Avx512PackedKernel(w.type) : nullptr;
     if (p.kernel == nullptr) p.kernel = internal::ScalarPackedKernel(w.type);
     TANDEM_CHECK(p.kernel != nullptr);
-    p.decode = isa == Isa::kAvx512 && j.n_tok == 1 ? internal::Avx512PackedDecode(w.type) : nullptr;
+    if (isa == Isa::kAvx512 && j.n_tok == 1) p.decode = internal::Avx512PackedDecode(w.type);
     p.nb = w.cols / Traits(w.type).block_elems;
     p.group_bytes = static_cast<size_t>(p.nb) * internal::PackedBlockBytes(w.type);
     p.capacity = j.n_tok == 1 ? 1 : internal::kPackedTokTile;
@@ -126,7 +126,7 @@ void MatMulBatch(const MatMulJob* jobs, size_t n_jobs, void* scratch, const int*
   for (size_t i = 0; i < n_jobs; ++i) {
     JobPlan& p = plan[i];
     if (jobs[i].n_tok == 1) {
-      p.chunk = std::max<int64_t>(internal::kDecodeStreams, kDecodeChunkBytes / p.group_bytes);
+      p.chunk = std::max<int64_t>(std::max(p.decode.streams, 1), kDecodeChunkBytes / p.group_bytes);
     } else {  // about 8 chunks per thread, each small enough to stay in L2 while the tiles pass over it
       const int64_t n_groups = jobs[i].w->rows / kPackRows;
       p.chunk = std::max<int64_t>(1, n_groups / (static_cast<int64_t>(n_threads) * 8));
@@ -180,18 +180,18 @@ void MatMulBatch(const MatMulJob* jobs, size_t n_jobs, void* scratch, const int*
       const int64_t rows = j.w->rows;
       const auto* wbase = static_cast<const uint8_t*>(j.w->data);
       const uint8_t* xq = p.xq + tid * p.copy_bytes;
-      if (p.decode != nullptr) {  // one token: the range as kDecodeStreams runs read side by side
-        constexpr int kS = internal::kDecodeStreams;
+      if (p.decode.fn != nullptr) {  // one token: the range as decode.streams runs read side by side
+        const int kS = p.decode.streams;
         const int64_t run = (g1 - g0) / kS;
         for (int64_t k = 0; k < run; ++k) {
-          const uint8_t* groups[kS];
-          float* ys[kS];
+          const uint8_t* groups[internal::kMaxDecodeStreams];
+          float* ys[internal::kMaxDecodeStreams];
           for (int s = 0; s < kS; ++s) {
             const int64_t g = g0 + s * run + k;
             groups[s] = wbase + static_cast<size_t>(g) * p.group_bytes;
             ys[s] = j.y + g * kPackRows;
           }
-          p.decode(groups, p.nb, xq, ys);
+          p.decode.fn(groups, p.nb, xq, ys);
         }
         g0 += kS * run;
       }
@@ -214,7 +214,7 @@ void MatMulBatch(const MatMulJob* jobs, size_t n_jobs, void* scratch, const int*
         const size_t i = static_cast<size_t>(range_job[r]);
         const JobPlan& p = plan[i];
         const int64_t end = ranges[r].group_end;
-        const int64_t shortest = p.decode != nullptr ? internal::kDecodeStreams : 1;
+        const int64_t shortest = p.decode.fn != nullptr ? p.decode.streams : 1;
         int64_t g0 = next_group[r].load(std::memory_order_relaxed);
         while (g0 < end) {
           const size_t left = static_cast<size_t>(end - g0) * p.group_bytes + bytes_after[r];

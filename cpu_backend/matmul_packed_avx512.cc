@@ -49,14 +49,30 @@ inline __m512i DotBlock32(const __m512i q[8], const int8_t* xq, __m512i init) {
   }
 }
 
-// Q4_0 registers: v[j] low nibbles are quants 4j.., high nibbles 16 + 4j..
-inline void UnpackNibbles(const uint8_t* qs, __m512i q[8]) {
+// 4-bit registers: q[j] holds the low nibbles, quants 4j.., and q[j + 4] the high nibbles where they sit, which
+// is 16 times quants 16 + 4j... Leaving them unshifted saves a shift per register; their dot products come out 16
+// times too large, exactly, and one shift of the sum puts them right (DotNibbles). Against a shift per register,
+// one-token products from L3 measured 7 % (Q4_0) and 3 % (Q4_K) faster and pp512 3.5-4.5 % (docs/performance.md).
+inline void MaskNibbles(const uint8_t* qs, __m512i q[8]) {
   const __m512i low = _mm512_set1_epi8(0x0F);
+  const __m512i high = _mm512_set1_epi8(static_cast<char>(0xF0));
   for (int j = 0; j < 4; ++j) {
     const __m512i v = _mm512_loadu_si512(qs + 64 * j);
     q[j] = _mm512_and_si512(v, low);
-    q[j + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+    q[j + 4] = _mm512_and_si512(v, high);
   }
+}
+
+// The sum of a block of MaskNibbles registers against 32 activation quants, from `init`. The two halves are two
+// dependent chains, which also keeps a chain short when few tokens are in flight. The high half cannot overflow:
+// 16 products of at most 240 * 128 a lane.
+inline __m512i DotNibbles(const __m512i q[8], const int8_t* xq, __m512i init) {
+  __m512i lo = init, hi = _mm512_setzero_si512();
+  for (int i = 0; i < 4; ++i) {
+    lo = _mm512_dpbusd_epi32(lo, q[i], Bcast4(xq + 4 * i));
+    hi = _mm512_dpbusd_epi32(hi, q[i + 4], Bcast4(xq + 16 + 4 * i));
+  }
+  return _mm512_add_epi32(lo, _mm512_srai_epi32(hi, 4));
 }
 
 // One block of one group of 16 rows against NX tokens of a tile of capacity C, into acc[t].
@@ -67,13 +83,14 @@ inline void Block32Step(const uint8_t* blk, const uint8_t* unit, __m512 acc[NX])
   const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
   __m512i q[8];
   if constexpr (kNibbles) {
-    UnpackNibbles(blk + 32, q);
+    MaskNibbles(blk + 32, q);
   } else {
     for (int i = 0; i < 8; ++i) q[i] = _mm512_loadu_si512(blk + 32 + 64 * i);
   }
 #pragma GCC unroll 16
   for (int t = 0; t < NX; ++t) {
-    const __m512i s = DotBlock32<NX>(q, a.qs(t), _mm512_set1_epi32(*a.aux(t)));
+    const __m512i init = _mm512_set1_epi32(*a.aux(t));
+    const __m512i s = kNibbles ? DotNibbles(q, a.qs(t), init) : DotBlock32<NX>(q, a.qs(t), init);
     const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(a.d(t)));
     acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), scale, acc[t]);
   }
@@ -109,10 +126,10 @@ inline void Q4KStep(const uint8_t* blk, const uint8_t* unit, __m512 acc[NX]) {
   for (int j = 0; j < 8; ++j) {
     const __m512i scale = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + 16 * j)));
     __m512i q[8];
-    UnpackNibbles(qs + 256 * j, q);
+    MaskNibbles(qs + 256 * j, q);
 #pragma GCC unroll 16
     for (int t = 0; t < NX; ++t) {
-      const __m512i sub = DotBlock32<NX>(q, a.qs(t) + 32 * j, _mm512_setzero_si512());
+      const __m512i sub = DotNibbles(q, a.qs(t) + 32 * j, _mm512_setzero_si512());
       isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(sub, scale));
     }
   }
@@ -147,21 +164,22 @@ void Q4KKernel(const uint8_t* group, int64_t nb, const uint8_t* tile, float* y, 
   for (int t = 0; t < NX; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
 }
 
-// Decode: one token against kDecodeStreams groups at once, block by block. One core streaming a single
-// sequential run of weights keeps too few cache misses in flight to reach its share of DRAM bandwidth; four
-// runs far apart do (measured: single-thread 76 % -> 100 % of the read probe). Each group's sums are those of the
-// one-group kernel, bit for bit.
-template <int BlockBytes, int UnitBytes, void (*Step)(const uint8_t*, const uint8_t*, __m512*)>
+// Decode: one token against S groups at once, block by block. One core streaming a single sequential run of
+// weights keeps too few cache misses in flight to reach its share of DRAM bandwidth; a few runs far apart do
+// (measured: single-thread 76 % -> 100 % of the read probe). Each group's sums are those of the one-group kernel,
+// bit for bit.
+template <int S, int BlockBytes, int UnitBytes, void (*Step)(const uint8_t*, const uint8_t*, __m512*)>
 void DecodeStreams(const uint8_t* const* groups, int64_t nb, const uint8_t* tile, float* const* y) {
-  __m512 acc[kDecodeStreams];
+  static_assert(S <= kMaxDecodeStreams);
+  __m512 acc[S];
 #pragma GCC unroll 4
-  for (int g = 0; g < kDecodeStreams; ++g) acc[g] = _mm512_setzero_ps();
+  for (int g = 0; g < S; ++g) acc[g] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
 #pragma GCC unroll 4
-    for (int g = 0; g < kDecodeStreams; ++g) Step(groups[g] + b * BlockBytes, tile + b * UnitBytes, &acc[g]);
+    for (int g = 0; g < S; ++g) Step(groups[g] + b * BlockBytes, tile + b * UnitBytes, &acc[g]);
   }
 #pragma GCC unroll 4
-  for (int g = 0; g < kDecodeStreams; ++g) _mm512_storeu_ps(y[g], acc[g]);
+  for (int g = 0; g < S; ++g) _mm512_storeu_ps(y[g], acc[g]);
 }
 
 // Dispatch on the token count so each tile's accumulators live in registers; a one-token tile is compact.
@@ -201,14 +219,20 @@ struct Q4KTile {
 
 }  // namespace
 
-PackedDecodeFn Avx512PackedDecode(DType wtype) {
+// How many runs read fastest differs by type; whole-model tg32 in the host's 60-67 GB/s regime, alternating runs
+// (docs/performance.md):
+// - Q4_0 reads 288 bytes a block: four runs, 85 % of the probe against 82 % with two.
+// - Q4_K reads 2368 bytes a super-block: two runs, 84 % against 76 % with four.
+// - Q8_0 reads twice Q4_0's bytes per instruction: one run per thread (the one-group kernel). On huge pages tg32
+//   was 11-22 % above four runs, and 86 % of the probe against 69-71 % with two, three or four.
+PackedDecode Avx512PackedDecode(DType wtype) {
   switch (wtype) {
     case DType::kQ4_0:
-      return DecodeStreams<kBlock32Bytes<true>, Unit<32, 1, 1>::kBytes, Block32Step<true, 1, 1>>;
-    case DType::kQ4_K: return DecodeStreams<kQ4KBlockBytes, Unit<256, 4, 1>::kBytes, Q4KStep<1, 1>>;
-    // Q8_0 reads twice the bytes per instruction. On huge pages (cpu_backend.cc) one run per thread is faster:
-    // tg32 11-22 % above four runs, and one thread alone 92-96 % of the probe against 76 %.
-    default: return nullptr;
+      return {.fn = DecodeStreams<4, kBlock32Bytes<true>, Unit<32, 1, 1>::kBytes, Block32Step<true, 1, 1>>,
+              .streams = 4};
+    case DType::kQ4_K:
+      return {.fn = DecodeStreams<2, kQ4KBlockBytes, Unit<256, 4, 1>::kBytes, Q4KStep<1, 1>>, .streams = 2};
+    default: return {};
   }
 }
 

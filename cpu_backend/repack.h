@@ -75,11 +75,15 @@ using PackedKernelFn = void (*)(const uint8_t* group, int64_t nb, const uint8_t*
                                 float* y, size_t y_stride);
 PackedKernelFn ScalarPackedKernel(DType wtype);
 PackedKernelFn Avx512PackedKernel(DType wtype);  // call only when DetectedIsa() == kAvx512
-// Decode: one token (a tile of capacity 1) against kDecodeStreams groups, y[g][r] for r < 16. Null when the type
-// reads its weights faster one group at a time (Q8_0); the products equal the one-group kernel's.
-constexpr int kDecodeStreams = 4;
-using PackedDecodeFn = void (*)(const uint8_t* const* groups, int64_t nb, const uint8_t* tile, float* const* y);
-PackedDecodeFn Avx512PackedDecode(DType wtype);  // call only when DetectedIsa() == kAvx512
+// Decode: one token (a tile of capacity 1) against `streams` groups read side by side, y[g][r] for r < 16. No
+// function when the type reads its weights faster one group at a time (Q8_0); the products equal the one-group
+// kernel's.
+constexpr int kMaxDecodeStreams = 4;
+struct PackedDecode {
+  void (*fn)(const uint8_t* const* groups, int64_t nb, const uint8_t* tile, float* const* y) = nullptr;
+  int streams = 0;  // groups per call, at most kMaxDecodeStreams
+};
+PackedDecode Avx512PackedDecode(DType wtype);  // call only when DetectedIsa() == kAvx512
 
 }  // namespace internal
 }  // namespace tandem::cpu
