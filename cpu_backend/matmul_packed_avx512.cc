@@ -64,9 +64,11 @@ inline __m512i DotBlock32(const __m512i q[8], const int8_t* xq, __m512i init) {
 }
 
 // 4-bit registers: q[j] holds the low nibbles, quants 4j.., and q[j + 4] the high nibbles where they sit, which
-// is 16 times quants 16 + 4j... Leaving them unshifted saves a shift per register; their dot products come out 16
-// times too large, exactly, and one shift of the sum puts them right (DotNibbles). Against a shift per register,
-// one-token products from L3 measured 7 % (Q4_0) and 3 % (Q4_K) faster and pp512 3.5-4.5 % (docs/performance.md).
+// is 16 times quants 16 + 4j... Their dot products come out 16 times too large, exactly, and one shift of each
+// token's sum puts them right (DotNibbles). Against a shift per register and, for more than two tokens, one chain
+// of eight dot products per token: one-token products from L3 7 % (Q4_0) and 3 % (Q4_K) faster, pp512 3.6-4.6 %
+// faster (docs/performance.md). With many tokens the shifts per token outnumber the ones saved, so the gain there is
+// likely the shorter chains; the two were not measured apart.
 inline void MaskNibbles(const uint8_t* qs, __m512i q[8]) {
   const __m512i low = _mm512_set1_epi8(0x0F);
   const __m512i high = _mm512_set1_epi8(static_cast<char>(0xF0));
@@ -236,7 +238,8 @@ struct Q4KTile {
 // How many runs read fastest differs by type; whole-model tg32 in the host's 60-67 GB/s regime, alternating runs
 // (docs/performance.md):
 // - Q4_0 reads 288 bytes a block: four runs, 85 % of the probe against 82 % with two.
-// - Q4_K reads 2368 bytes a super-block: two runs, 84 % against 76 % with four.
+// - Q4_K reads 2368 bytes a super-block: two runs, 84 % against 76 % with four; in paired runs 14 % ahead of four
+//   runs with shifted nibbles and 256-bit loads.
 // - Q8_0 reads twice Q4_0's bytes per instruction: one run per thread (the one-group kernel). On huge pages tg32
 //   was 11-22 % above four runs, and 86 % of the probe against 69-71 % with two, three or four.
 PackedDecode Avx512PackedDecode(DType wtype) {
