@@ -339,8 +339,8 @@ TEST(Hybrid, PredictedPrefillTimeMatchesTheSim) {
   absl::StatusOr<std::unique_ptr<Engine>> e = Engine::Open(eo);
   ASSERT_TRUE(e.ok()) << e.status();
   std::vector<float> logits((*e)->config().n_vocab);
-  double measured_s = 1e9;  // the least disturbed of three, as above
-  for (int i = 0; i < 3; ++i) {
+  double measured_s = 1e9;  // the least disturbed of five: another test on the other core can stretch one
+  for (int i = 0; i < 5; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     ASSERT_TRUE((*e)->Prefill(prompt, 0, false, logits.data()).ok());
     measured_s = std::min(measured_s, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
