@@ -1,15 +1,16 @@
 // How the shape of a plain read sets the DRAM bandwidth it gets: the read probe's own pattern (ReadBandwidthProbe:
-// chunks of 2 MiB taken dynamically, each read as two runs with 256-bit loads) against the same bytes read with
-// 512-bit loads, with one or four runs a chunk, in other chunk sizes, and in the guided chunks of cpu::MatMulBatch.
-// No arithmetic beyond a sum, so what differs is only the pattern of loads. This is the measurement behind the
-// Q8_0 decode kernel's 256-bit loads (docs/performance.md).
+// chunks of 2 MiB taken dynamically, each read as two runs with 256-bit loads; here summed in 512-bit lanes)
+// against the same bytes read with 512-bit loads, with one or four runs a chunk, in other chunk sizes, and in the
+// guided chunks of cpu::MatMulBatch. No arithmetic beyond a sum, so what differs is only the pattern of loads. This
+// is the measurement behind the Q8_0 decode kernel's 256-bit loads (docs/performance.md).
 //
 //   read_pattern_bench [--mib M] [--rounds N]
 //
 // Threads: OMP_NUM_THREADS. Every pattern reads the next of 16 copies of M MiB (default 33, the size of one
-// Mixtral expert matrix at Q4_0), between two runs of the probe pattern over a 1 GiB buffer; each line is the
-// pattern's GB/s and its percentage of the mean of those two probes. Patterns run in turn, round after round, so
-// that all of them meet the host's bandwidth swings alike; compare them within a round or by medians over many.
+// Mixtral expert matrix at Q4_0), between two runs of cpu::ReadBandwidthProbe over slices of the same size; each
+// line is the pattern's GB/s and its percentage of the mean of those two probes. Patterns run in turn, round after
+// round, so that all of them meet the host's bandwidth swings alike; compare them within a round or by medians
+// over many.
 // GCC 12's AVX-512 headers build some results from a deliberately uninitialized register (see
 // cpu_backend/vec_dot_avx512.cc).
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -29,6 +30,7 @@
 #include <vector>
 
 #include "cpu_backend/host_block.h"
+#include "cpu_backend/read_bandwidth.h"
 
 namespace {
 
@@ -73,7 +75,8 @@ double Dynamic(const uint8_t* p, size_t bytes, size_t chunk, SumFn sum) {
   return static_cast<double>(n) * static_cast<double>(chunk) / dt * 1e-9;
 }
 
-// As cpu::MatMulBatch hands out a one-token job: a share of what is left, at most `cap`, in whole `unit`s; GB/s.
+// As cpu::MatMulBatch hands out a one-token job: a share of what is left, at most `cap`, in whole 4 KiB units;
+// GB/s.
 double Guided(const uint8_t* p, size_t bytes, size_t cap, SumFn sum) {
   constexpr size_t kUnit = 4096;
   std::atomic<size_t> next{0};
@@ -161,24 +164,17 @@ int main(int argc, char** argv) {
     return 2;
   }
   const size_t bytes = mib / 2 * 2 * kMiB;  // whole 2 MiB chunks
-  const size_t probe_bytes = size_t{1} << 30;
   constexpr int kCopies = 16;
-  Block probe = Touched(probe_bytes);
+  tandem::cpu::ReadBandwidthProbe probe;
   std::vector<Block> copies;
-  for (int i = 0; i < kCopies && probe != nullptr; ++i) {
+  for (int i = 0; i < kCopies; ++i) {
     copies.push_back(Touched(bytes));
-    if (copies.back() == nullptr) break;
+    if (copies.back() == nullptr) {
+      std::fprintf(stderr, "read_pattern_bench: out of memory\n");
+      return 1;
+    }
   }
-  if (probe == nullptr || copies.size() != kCopies) {
-    std::fprintf(stderr, "read_pattern_bench: out of memory\n");
-    return 1;
-  }
-  size_t probe_at = 0;
-  auto run_probe = [&] {
-    const double gbps = kPatterns[0].run(probe.get() + probe_at, bytes);
-    probe_at = (probe_at + bytes) % (probe_bytes - bytes) / (2 * kMiB) * (2 * kMiB);
-    return gbps;
-  };
+  auto run_probe = [&] { return probe.Run(bytes); };
   std::printf("round | pattern | GB/s | probe GB/s | %% of probe\n");
   int copy = 0;
   for (int r = 0; r < rounds; ++r) {
