@@ -180,17 +180,25 @@ void Q4KKernel(const uint8_t* group, int64_t nb, const uint8_t* tile, float* y, 
   for (int t = 0; t < NX; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
 }
 
-// Decode: one token against S groups at once, block by block. One core streaming a single sequential run of
-// weights keeps too few cache misses in flight to reach its share of DRAM bandwidth; a few runs far apart do
-// (measured: single-thread 76 % -> 100 % of the read probe). Each group's sums are those of the one-group kernel,
-// bit for bit.
-template <int S, int BlockBytes, int UnitBytes, void (*Step)(const uint8_t*, const uint8_t*, __m512*)>
+// Decode: one token against S groups at once, K blocks of a group at a time. One core streaming a single
+// sequential run of weights keeps too few cache misses in flight to reach its share of DRAM bandwidth; a few runs
+// far apart do (measured: single-thread 76 % -> 100 % of the read probe). Each group's sums are those of the
+// one-group kernel, bit for bit: its blocks are still added in order.
+template <int S, int K, int BlockBytes, int UnitBytes, void (*Step)(const uint8_t*, const uint8_t*, __m512*)>
 void DecodeStreams(const uint8_t* const* groups, int64_t nb, const uint8_t* tile, float* const* y) {
-  static_assert(S <= kMaxDecodeStreams);
+  static_assert(S <= kMaxDecodeStreams && K >= 1);
   __m512 acc[S];
 #pragma GCC unroll 4
   for (int g = 0; g < S; ++g) acc[g] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
+  int64_t b = 0;
+  for (; b + K <= nb; b += K) {
+#pragma GCC unroll 4
+    for (int g = 0; g < S; ++g) {
+#pragma GCC unroll 4
+      for (int k = 0; k < K; ++k) Step(groups[g] + (b + k) * BlockBytes, tile + (b + k) * UnitBytes, &acc[g]);
+    }
+  }
+  for (; b < nb; ++b) {
 #pragma GCC unroll 4
     for (int g = 0; g < S; ++g) Step(groups[g] + b * BlockBytes, tile + b * UnitBytes, &acc[g]);
   }
@@ -237,7 +245,9 @@ struct Q4KTile {
 
 // How many runs read fastest differs by type; whole-model tg32 in the host's 60-67 GB/s regime, alternating runs
 // (docs/performance.md):
-// - Q4_0 reads 288 bytes a block: four runs, 85 % of the probe against 82 % with two.
+// - Q4_0 reads 288 bytes a block: four runs, 85 % of the probe against 82 % with two. Two blocks of a run at a
+//   time, not one: 4.6-4.9 % faster on one thread, where one core's misses in flight set the pace, and 2.3 % in the
+//   60-67 GB/s regime (paired runs, docs/performance.md).
 // - Q4_K reads 2368 bytes a super-block: two runs, 84 % against 76 % with four; in paired runs 14 % ahead of four
 //   runs with shifted nibbles and 256-bit loads.
 // - Q8_0 reads twice Q4_0's bytes per instruction: one run per thread (the one-group kernel). On huge pages tg32
@@ -245,10 +255,10 @@ struct Q4KTile {
 PackedDecode Avx512PackedDecode(DType wtype) {
   switch (wtype) {
     case DType::kQ4_0:
-      return {.fn = DecodeStreams<4, kBlock32Bytes<true>, Unit<32, 1, 1>::kBytes, Block32Step<true, 1, 1>>,
+      return {.fn = DecodeStreams<4, 2, kBlock32Bytes<true>, Unit<32, 1, 1>::kBytes, Block32Step<true, 1, 1>>,
               .streams = 4};
     case DType::kQ4_K:
-      return {.fn = DecodeStreams<2, kQ4KBlockBytes, Unit<256, 4, 1>::kBytes, Q4KStep<1, 1>>, .streams = 2};
+      return {.fn = DecodeStreams<2, 1, kQ4KBlockBytes, Unit<256, 4, 1>::kBytes, Q4KStep<1, 1>>, .streams = 2};
     default: return {};
   }
 }

@@ -271,8 +271,9 @@ TEST_P(PackedMatMulTest, MatchesReference) {
   std::printf("  %s/%s packed: NMSE vs reference %.3g over all shapes\n", std::string(DTypeName(type)).c_str(),
               IsaName(std::get<1>(GetParam())).c_str(), Nmse(all_fast, all_ref));
 
-  // Decode reads a thread's range of row groups as four runs side by side (Q4_0, Q4_K; the remainder one by one):
-  // rows enough for runs of 2 and 3 groups, with and without a remainder.
+  // Decode reads a thread's range of row groups as runs side by side (Q4_0 four, two blocks at a time; Q4_K two;
+  // what is left at a range's end one by one): rows enough for runs of 2 and 3 groups, with and without a
+  // remainder. Odd block counts (nb = 3 above) end Q4_0's runs on a single block.
   for (int64_t rows : {16 * 64, 16 * 75, 16 * 99}) {
     const Problem& p = GetProblem(type, rows, 4 * block, 1, 0, seed++);
     std::vector<uint8_t> packed(PackedBytes(p.w.m));
