@@ -136,6 +136,23 @@ inline void Q4KStep(const uint8_t* blk, const uint8_t* unit, __m512 acc[NX]) {
   const uint8_t* sc = blk + 64;
   const uint8_t* m = sc + 128;
   const uint8_t* qs = m + 128;
+  // The scales of the rows and their mins (int16 pairs: m of sub-blocks 2p and 2p + 1).
+  __m512 dw, dmin;
+  __m512i mins[4];
+  auto load_scales = [&] {
+    dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
+    dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32)));
+    for (int p = 0; p < 4; ++p) {
+      mins[p] = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(m + 32 * p)));
+    }
+  };
+  // One token reads them first, so that each run is read in address order: read after the quants, one-token
+  // products in the host's 60-67 GB/s regime ran 7 % slower (paired runs, docs/performance.md). The empty asm
+  // keeps the loads here. Many tokens load them last, as their sums fill the registers.
+  if constexpr (C == 1) {
+    load_scales();
+    asm("" : "+v"(dw), "+v"(dmin), "+v"(mins[0]), "+v"(mins[1]), "+v"(mins[2]), "+v"(mins[3]));
+  }
   __m512i isum[NX];
 #pragma GCC unroll 16
   for (int t = 0; t < NX; ++t) isum[t] = _mm512_setzero_si512();
@@ -149,13 +166,7 @@ inline void Q4KStep(const uint8_t* blk, const uint8_t* unit, __m512 acc[NX]) {
       isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(sub, scale));
     }
   }
-  // Mins: pairs of int16 (m of sub-blocks 2p, 2p + 1) against the pairs of sub-block sums.
-  __m512i mins[4];
-  for (int p = 0; p < 4; ++p) {
-    mins[p] = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(m + 32 * p)));
-  }
-  const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
-  const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32)));
+  if constexpr (C > 1) load_scales();
 #pragma GCC unroll 16
   for (int t = 0; t < NX; ++t) {
     const int32_t* pairs = a.aux(t);
