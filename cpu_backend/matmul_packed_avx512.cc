@@ -257,8 +257,8 @@ struct Q4KTile {
 // How many runs read fastest differs by type; whole-model tg32 in the host's 60-67 GB/s regime, alternating runs
 // (docs/performance.md):
 // - Q4_0 reads 288 bytes a block: four runs, 85 % of the probe against 82 % with two. Two blocks of a run at a
-//   time, not one: 4.6-4.9 % faster on one thread, where one core's misses in flight set the pace, and 2.3 % in the
-//   60-67 GB/s regime (paired runs, docs/performance.md).
+//   time, not one (with whole calls per chunk, matmul_batch.cc): the matmul regions read 91.7 % of the probe
+//   against 85.7 % in the 60-67 GB/s regime, and 4.6-6.6 % faster on one thread (paired runs).
 // - Q4_K reads 2368 bytes a super-block: two runs, 84 % against 76 % with four; in paired runs 14 % ahead of four
 //   runs with shifted nibbles and 256-bit loads.
 // - Q8_0 reads twice Q4_0's bytes per instruction: one run per thread (the one-group kernel). On huge pages tg32
