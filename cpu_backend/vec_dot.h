@@ -65,6 +65,16 @@ void QuantizeActivationRow(DType wtype, const float* x, void* dst, int64_t n, Is
 // The AVX2 conversions behind it, by vec-dot type (the c array is not theirs); false for a type they do not
 // handle. Call only when DetectedIsa() >= kAvx2.
 bool Avx2QuantizeActivationRow(DType vdt, const float* x, void* dst, int64_t n);
+// Q8_0 blocks written with a stride, as the packed kernels' activation units hold them (repack.h): block b's 32
+// quants at qs + b * stride, its scale (the fp16 value, widened) at d + b * stride and -offset * sum(quants) at
+// aux + b * stride. The values of ConvertActivationRow's Q8_0. AVX2; call only when DetectedIsa() >= kAvx2.
+struct Q8_0Strided {
+  uint8_t* qs;
+  uint8_t* d;
+  uint8_t* aux;
+  size_t stride;  // bytes
+};
+void Avx2QuantizeQ8_0Strided(const float* x, int64_t n, int32_t offset, const Q8_0Strided& out);
 
 // ---- Dot products ----
 // For j < n_x (1..kTokTile): out[j * out_stride] = dot(w, x + j * x_stride) over n elements, where w is one

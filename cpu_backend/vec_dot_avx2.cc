@@ -508,26 +508,30 @@ int HsumI32(__m256i v) {
 
 float RoundThroughF16(float v) { return _cvtsh_ss(_cvtss_sh(v, _MM_FROUND_TO_NEAREST_INT)); }
 
-// Q8_0 / Q8_1 per 32: d = max|x| / 127, q = round-half-even(x * (127 / max|x|)); Q8_1 adds s = d * sum(q).
+// One Q8_0 block of 32: d = max|x| / 127, q = round-half-even(x * (127 / max|x|)). Returns d (before fp16 rounding);
+// the quants' int32 lanes are left in i[4] for callers that sum them.
+float Q8Block32(const float* x, int8_t* qs, __m256i i[4]) {
+  const float amax = HmaxAbs(x, 32);
+  const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+  for (int v = 0; v < 4; ++v) i[v] = RoundToInt(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * v), id));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(qs), PackBytes(i[0], i[1], i[2], i[3]));
+  return amax / 127.0f;
+}
+
+int SumLanes(const __m256i i[4]) {
+  return HsumI32(_mm256_add_epi32(_mm256_add_epi32(i[0], i[1]), _mm256_add_epi32(i[2], i[3])));
+}
+
+// Q8_0 / Q8_1 per 32; Q8_1 adds s = d * sum(q).
 void QuantizeAct32(const float* x, int64_t n, bool with_sum, void* dst) {
   auto* qs = static_cast<int8_t*>(dst);
   auto* d = reinterpret_cast<float*>(qs + n);
   float* s = d + n / 32;
   for (int64_t b = 0; b < n / 32; ++b, x += 32) {
-    const float amax = HmaxAbs(x, 32);
-    const float db = amax / 127.0f;
-    const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
-    const __m256i i0 = RoundToInt(_mm256_mul_ps(_mm256_loadu_ps(x), id));
-    const __m256i i1 = RoundToInt(_mm256_mul_ps(_mm256_loadu_ps(x + 8), id));
-    const __m256i i2 = RoundToInt(_mm256_mul_ps(_mm256_loadu_ps(x + 16), id));
-    const __m256i i3 = RoundToInt(_mm256_mul_ps(_mm256_loadu_ps(x + 24), id));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(qs + 32 * b), PackBytes(i0, i1, i2, i3));
+    __m256i i[4];
+    const float db = Q8Block32(x, qs + 32 * b, i);
     d[b] = RoundThroughF16(db);
-    s[b] = 0.0f;
-    if (with_sum) {
-      const int sum = HsumI32(_mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3)));
-      s[b] = RoundThroughF16(db * static_cast<float>(sum));
-    }
+    s[b] = with_sum ? RoundThroughF16(db * static_cast<float>(SumLanes(i))) : 0.0f;
   }
 }
 
@@ -627,6 +631,17 @@ bool Avx2QuantizeActivationRow(DType vdt, const float* x, void* dst, int64_t n) 
     case DType::kF16: RoundF16(x, n, static_cast<float*>(dst)); return true;
     case DType::kBF16: ConvertBF16(x, n, static_cast<bf16_t*>(dst)); return true;
     default: return false;
+  }
+}
+
+void Avx2QuantizeQ8_0Strided(const float* x, int64_t n, int32_t offset, const Q8_0Strided& out) {
+  for (int64_t b = 0; b < n / 32; ++b, x += 32) {
+    const size_t at = static_cast<size_t>(b) * out.stride;
+    __m256i i[4];
+    const float d = RoundThroughF16(Q8Block32(x, reinterpret_cast<int8_t*>(out.qs + at), i));
+    const int32_t aux = -offset * SumLanes(i);
+    std::memcpy(out.d + at, &d, sizeof(d));
+    std::memcpy(out.aux + at, &aux, sizeof(aux));
   }
 }
 

@@ -482,6 +482,28 @@ TEST(MatMulActivations, SimdConversionMatchesPortable) {
   }
 }
 
+// The packed kernels' activation tiles (repack.h): the one-pass SIMD quantizer writes the same bytes as the portable
+// block-by-block path, for a one-token tile and for a slot of a many-token one. Slots not written keep the poison.
+TEST(PackedActivations, SimdTileMatchesPortable) {
+  if (DetectedIsa() < Isa::kAvx2) GTEST_SKIP() << "no SIMD conversion on this CPU";
+  const int64_t n = 14336;  // Mixtral's n_ff: a one-token down projection's row
+  const std::vector<float> x = AwkwardActivations(n, 5);
+  for (DType wtype : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K}) {
+    for (int capacity : {1, internal::kPackedTokTile}) {
+      for (int64_t len : {n, int64_t{256}}) {
+        const int slot = capacity - 1;
+        const size_t bytes = internal::PackedActTileBytes(wtype, len, capacity);
+        std::vector<uint8_t> portable(bytes, 0xA5), simd(bytes, 0xA5);
+        internal::QuantizePackedAct(wtype, x.data(), len, portable.data(), capacity, slot, Isa::kScalar);
+        internal::QuantizePackedAct(wtype, x.data(), len, simd.data(), capacity, slot, Isa::kAvx2);
+        EXPECT_EQ(std::memcmp(portable.data(), simd.data(), bytes), 0)
+            << DTypeName(wtype) << " capacity " << capacity << " n=" << len;
+        EXPECT_NE(std::memcmp(portable.data(), std::vector<uint8_t>(bytes, 0xA5).data(), bytes), 0);
+      }
+    }
+  }
+}
+
 // The portable conversion is the core quantizer's output, laid out as vec_dot.h describes: split (Q8_0/Q8_1),
 // in nibble order with the c array for Q4_0 weights, as stored for Q8_K.
 TEST(MatMulActivations, PortableConversionIsTheCoreQuantizer) {
