@@ -101,6 +101,10 @@ class CpuBackend final : public CpuBackendApi {
       const int64_t block = Traits(type).block_elems;
       const int64_t cols = (spec.max_cols + block - 1) / block * block;
       matmul_bytes = std::max(matmul_bytes, cpu::MatMulScratchBytes(type, cols, spec.max_tokens));
+      // ExpertPass's one-token experts in one region, each with its own activations (a decode step's down
+      // projections): a tile per thread each.
+      const auto one_token_jobs = static_cast<size_t>(std::clamp<int64_t>(spec.expert_rows, 1, cpu::kMaxBatchJobs / 2));
+      matmul_bytes = std::max(matmul_bytes, one_token_jobs * cpu::MatMulScratchBytes(type, cols, 1));
     }
     const int threads = std::max(spec.n_threads, omp_get_max_threads());
     const size_t attention_bytes = cpu::AttentionScratchBytes(spec.n_ctx, spec.n_head, threads);

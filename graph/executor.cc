@@ -276,6 +276,7 @@ absl::Status Executor::Impl::AllocateState() {
   const int64_t max_tok = opts.max_batch;
   const int64_t q_dim = static_cast<int64_t>(cfg.n_head) * cfg.head_dim;
   const WorkspaceSpec ws{.max_tokens = max_tok,
+                         .expert_rows = ExpertRows(cfg, max_tok),
                          .max_cols = std::max<int64_t>({cfg.n_embd, cfg.n_ff, q_dim}),
                          .max_rows = std::max<int64_t>({cfg.n_vocab, cfg.n_ff, q_dim, cfg.n_embd}),
                          .n_ctx = opts.n_ctx,

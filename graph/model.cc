@@ -98,19 +98,31 @@ void ForEachMatrix(FfnWeights& w, const std::function<void(WeightMatrix&)>& fn) 
 }
 
 // ---- Activation buffers ----
+// A small batch gets one row per (token, expert) pair, so ExpertFfns runs all of its experts in one pass: in decode
+// two parallel regions a layer instead of two per expert, each with its fixed costs (activation quantization, the
+// threads' start and wait). A large batch runs its experts in passes of max_tokens rows; its arithmetic hides them.
+int64_t ExpertRows(const ModelConfig& cfg, int64_t max_tokens) {
+  constexpr int64_t kAllPairsMaxRows = 64;
+  if (cfg.n_expert == 0) return max_tokens;
+  return std::max(max_tokens, std::min(max_tokens * std::max(cfg.n_expert_used, 1), kAllPairsMaxRows));
+}
+
 namespace {
 
 struct ActLayout {
   int64_t x, cur, q, k, v, att, gate, up, router, xe, slots, logits, ids, pos;  // element counts
+  int64_t expert_rows;
 };
 
 ActLayout LayoutOf(const ModelConfig& c, int64_t t) {
   const int64_t q_dim = static_cast<int64_t>(c.n_head) * c.head_dim;
+  const int64_t te = ExpertRows(c, t);
   return ActLayout{
       .x = t * c.n_embd, .cur = t * std::max<int64_t>(c.n_embd, q_dim), .q = t * q_dim,
-      .k = t * c.n_embd_kv(), .v = t * c.n_embd_kv(), .att = t * q_dim, .gate = t * c.n_ff, .up = t * c.n_ff,
-      .router = t * std::max(c.n_expert, 1), .xe = t * c.n_embd,
-      .slots = t * c.n_embd * std::max(c.n_expert_used, 1), .logits = t * c.n_vocab, .ids = t, .pos = t};
+      .k = t * c.n_embd_kv(), .v = t * c.n_embd_kv(), .att = t * q_dim, .gate = te * c.n_ff, .up = te * c.n_ff,
+      .router = t * std::max(c.n_expert, 1), .xe = te * c.n_embd,
+      .slots = t * c.n_embd * std::max(c.n_expert_used, 1), .logits = t * c.n_vocab, .ids = t, .pos = t,
+      .expert_rows = te};
 }
 
 // Each buffer starts on a 64-byte boundary.
@@ -151,6 +163,7 @@ Activations CarveActivations(void* block, const ModelConfig& cfg, int64_t max_to
   a.ids = reinterpret_cast<int32_t*>(take(l.ids));
   a.pos = reinterpret_cast<int32_t*>(take(l.pos));
   a.max_tok = max_tokens;
+  a.expert_rows = l.expert_rows;
   return a;
 }
 
@@ -250,7 +263,7 @@ void MoeFfn(Backend& be, const StepContext& s, int il, const FfnWeights& w, int6
     begin = end;
   }
   be.ExpertFfns(moe.jobs.data(), n_jobs, act.cur, c.n_embd, c.n_ff,
-                ExpertBuffers{.xe = act.xe, .gate = act.gate, .up = act.up, .rows = act.max_tok}, act.slots);
+                ExpertBuffers{.xe = act.xe, .gate = act.gate, .up = act.up, .rows = act.expert_rows}, act.slots);
   for (int j = 1; j < k; ++j) be.Add(act.slots, act.slots + j * slot_elems, slot_elems, act.slots);
   Named(s, be, act.slots, slot_elems, "ffn_moe_out", il);
   be.Add(x, act.slots, slot_elems, x);

@@ -59,16 +59,19 @@ struct Activations {
   float* k = nullptr;       // [max_tok][n_head_kv * head_dim]
   float* v = nullptr;       // [max_tok][n_head_kv * head_dim]
   float* att = nullptr;     // [max_tok][n_head * head_dim]
-  float* gate = nullptr;    // [max_tok][n_ff]
-  float* up = nullptr;      // [max_tok][n_ff]
+  float* gate = nullptr;    // [expert_rows][n_ff]
+  float* up = nullptr;      // [expert_rows][n_ff]
   float* router = nullptr;  // [max_tok][n_expert]
-  float* xe = nullptr;      // [max_tok][n_embd] tokens gathered for one expert
+  float* xe = nullptr;      // [expert_rows][n_embd] tokens gathered for the experts of one ExpertFfns pass
   float* slots = nullptr;   // [n_expert_used][max_tok][n_embd] weighted expert outputs, slot-major
   float* logits = nullptr;  // [max_tok][n_vocab]
   int32_t* ids = nullptr;   // [max_tok] token ids (this backend's memory)
   int32_t* pos = nullptr;   // [max_tok] positions (this backend's memory)
   int64_t max_tok = 0;      // rows each [max_tok] buffer holds
+  int64_t expert_rows = 0;  // rows of xe, gate and up: >= max_tok, and every (token, expert) pair of a small batch
 };
+// Rows of the expert buffers (Activations::xe, gate, up) for batches of up to max_tokens.
+int64_t ExpertRows(const ModelConfig& cfg, int64_t max_tokens);
 // Bytes of the activation buffers for one backend.
 size_t ActivationBytes(const ModelConfig& cfg, int64_t max_tokens);
 // Carves the buffers out of one block of ActivationBytes bytes.

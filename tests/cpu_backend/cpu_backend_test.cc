@@ -256,92 +256,118 @@ TEST(CpuBackend, RepackedWeightsAndNumaRows) {
   }
 }
 
+// Q4_0 experts (gate, up, down) for the ExpertFfns tests: the GGUF rows and the backend's packed copies.
+struct Q4Experts {
+  std::vector<std::vector<uint8_t>> bytes;
+  std::vector<WeightMatrix> raw, packed;  // expert e's gate, up, down at 3e, 3e + 1, 3e + 2
+};
+Q4Experts MakeQ4Experts(Backend& b, int n_experts, int64_t n_embd, int64_t n_ff) {
+  Q4Experts ex;
+  for (int e = 0; e < n_experts; ++e) {
+    for (int m = 0; m < 3; ++m) {
+      const int64_t rows = m == 2 ? n_embd : n_ff, cols = m == 2 ? n_ff : n_embd;
+      const std::vector<float> wf = RandomNormal(static_cast<size_t>(rows * cols), 100 + 3 * e + m);
+      const size_t row_bytes = RowBytes(DType::kQ4_0, cols);
+      ex.bytes.emplace_back(row_bytes * rows);
+      for (int64_t r = 0; r < rows; ++r) {
+        TANDEM_CHECK(QuantizeRow(DType::kQ4_0, wf.data() + r * cols, ex.bytes.back().data() + r * row_bytes, cols).ok());
+      }
+      ex.raw.push_back(WeightMatrix{.type = DType::kQ4_0, .data = ex.bytes.back().data(), .rows = rows, .cols = cols,
+                                    .row_stride = row_bytes});
+    }
+  }
+  for (const WeightMatrix& w : ex.raw) {
+    absl::StatusOr<WeightMatrix> p = b.PrepareMatMulWeights(w, "expert");
+    TANDEM_CHECK(p.ok() && p->packed);
+    ex.packed.push_back(*p);
+  }
+  return ex;
+}
+
+// Runs ExpertFfns for expert e over tokens[e] (weights 0.25, 0.35, ...) and checks every output row: equal to the
+// one-by-one path's (Backend::ExpertFfns) bit for bit, and the FFN against the reference kernels on the GGUF rows.
+// Both round the activations as llama.cpp does, so only the float order differs (measured 7e-15).
+void ExpectExpertFfns(Backend& b, const Q4Experts& ex, const std::vector<std::vector<int32_t>>& tokens,
+                      const std::vector<float>& x, int64_t n_embd, int64_t n_ff, int64_t buf_rows) {
+  std::vector<int32_t> rows, slot_rows;
+  std::vector<float> weights;
+  std::vector<size_t> begin;
+  for (const std::vector<int32_t>& t : tokens) {
+    begin.push_back(rows.size());
+    for (size_t i = 0; i < t.size(); ++i) {
+      rows.push_back(t[i]);
+      slot_rows.push_back(static_cast<int32_t>(slot_rows.size()));
+      weights.push_back(0.25f + 0.1f * static_cast<float>(i));
+    }
+  }
+  std::vector<ExpertFfnJob> jobs;
+  for (size_t e = 0; e < tokens.size(); ++e) {
+    jobs.push_back(ExpertFfnJob{.gate = &ex.packed[3 * e], .up = &ex.packed[3 * e + 1], .down = &ex.packed[3 * e + 2],
+                                .rows = &rows[begin[e]], .slot_rows = &slot_rows[begin[e]],
+                                .weights = &weights[begin[e]], .m = static_cast<int64_t>(tokens[e].size())});
+  }
+  std::vector<float> xe(buf_rows * n_embd), gate(buf_rows * n_ff), up(buf_rows * n_ff);
+  const ExpertBuffers buf{.xe = xe.data(), .gate = gate.data(), .up = up.data(), .rows = buf_rows};
+  std::vector<float> side_by_side(rows.size() * n_embd), one_by_one(rows.size() * n_embd);
+  Poison(side_by_side);
+  Poison(one_by_one);
+  b.ExpertFfns(jobs.data(), jobs.size(), x.data(), n_embd, n_ff, buf, side_by_side.data());
+  b.Backend::ExpertFfns(jobs.data(), jobs.size(), x.data(), n_embd, n_ff, buf, one_by_one.data());
+  ASSERT_TRUE(b.TakeError().ok());
+  EXPECT_EQ(std::memcmp(side_by_side.data(), one_by_one.data(), one_by_one.size() * sizeof(float)), 0);
+
+  std::vector<float> g(n_ff), u(n_ff), want(n_embd), all_want;
+  for (size_t k = 0, e = 0; e < jobs.size(); ++e) {
+    for (int64_t i = 0; i < jobs[e].m; ++i, ++k) {
+      const float* xr = x.data() + rows[k] * n_embd;
+      cpu::MatMulRef(ex.raw[3 * e], xr, 1, g.data());
+      cpu::MatMulRef(ex.raw[3 * e + 1], xr, 1, u.data());
+      cpu::SwiGlu(g.data(), u.data(), n_ff, g.data());
+      cpu::MatMulRef(ex.raw[3 * e + 2], g.data(), 1, want.data());
+      for (float v : want) all_want.push_back(weights[k] * v);
+    }
+  }
+  EXPECT_LT(Nmse(side_by_side, all_want), 1e-11);
+  std::printf("  experts vs reference FFN: NMSE %.3g\n", Nmse(side_by_side, all_want));
+}
+
 // An MoE layer's experts through ExpertFfns: the CPU runs packed experts in shared parallel regions, each thread
 // taking its own node's experts first (two threads posing as two nodes here), in as many passes as its buffers
-// hold. Every output row must equal the one-by-one path's (Backend::ExpertFfns) bit for bit, and be the FFN.
+// hold.
 TEST(CpuBackend, ExpertFfnsSideBySideEqualOneByOne) {
   const int64_t n_embd = 256, n_ff = 512, n_tok = 6;
   auto b = CreateCpuBackend(CpuBackendOptions{.n_threads = 2, .repack = Repack::kOn});
-  auto quantized = [](int64_t rows, int64_t cols, uint64_t seed) {
-    const std::vector<float> wf = RandomNormal(static_cast<size_t>(rows * cols), seed);
-    std::vector<uint8_t> q(RowBytes(DType::kQ4_0, cols) * rows);
-    for (int64_t r = 0; r < rows; ++r) {
-      TANDEM_CHECK(QuantizeRow(DType::kQ4_0, wf.data() + r * cols, q.data() + r * RowBytes(DType::kQ4_0, cols), cols)
-                       .ok());
-    }
-    return q;
-  };
   constexpr int kExperts = 4;
-  std::vector<std::vector<uint8_t>> bytes;
-  std::vector<WeightMatrix> raw, packed;
-  for (int e = 0; e < kExperts; ++e) {
-    for (int m = 0; m < 3; ++m) {  // gate, up, down
-      const int64_t rows = m == 2 ? n_embd : n_ff, cols = m == 2 ? n_ff : n_embd;
-      bytes.push_back(quantized(rows, cols, 100 + 3 * e + m));
-      raw.push_back(WeightMatrix{.type = DType::kQ4_0, .data = bytes.back().data(), .rows = rows, .cols = cols,
-                                 .row_stride = RowBytes(DType::kQ4_0, cols)});
-    }
-  }
-  for (const WeightMatrix& w : raw) {
-    absl::StatusOr<WeightMatrix> p = b->PrepareMatMulWeights(w, "expert");
-    ASSERT_TRUE(p.ok()) << p.status();
-    ASSERT_TRUE(p->packed);
-    packed.push_back(*p);
-  }
+  const Q4Experts ex = MakeQ4Experts(*b, kExperts, n_embd, n_ff);
   b->SetThreadNodes({0, 1});
   for (int e = 0; e < kExperts; ++e) {
     for (int m = 0; m < 3; ++m) {
-      const WeightMatrix& w = packed[3 * e + m];
+      const WeightMatrix& w = ex.packed[3 * e + m];
       b->SetRowNodes(w.data, {{0, w.rows / cpu::kPackRows, e % 2}});  // experts alternate between the nodes
     }
   }
   ASSERT_TRUE(b->ReserveWorkspace(WorkspaceSpec{.max_tokens = n_tok, .max_cols = n_ff, .max_rows = n_ff,
                                                 .n_ctx = 8, .n_head = 1}).ok());
   const std::vector<float> x = RandomNormal(static_cast<size_t>(n_tok * n_embd), 7);
-  // Expert e takes tokens e, e + 1, ... (e + 2 of them, wrapping): 2 + 3 + 4 + 5 = 14 rows of y.
-  std::vector<int32_t> rows, slot_rows;
-  std::vector<float> weights;
+  // Expert e takes tokens e, e + 1, ... (e + 2 of them, wrapping): 2 + 3 + 4 + 5 = 14 rows of y. Buffers of 6 rows:
+  // the passes take experts {0, 1}, {2}, {3}.
+  std::vector<std::vector<int32_t>> tokens(kExperts);
   for (int e = 0; e < kExperts; ++e) {
-    for (int i = 0; i < e + 2; ++i) {
-      rows.push_back((e + i) % n_tok);
-      slot_rows.push_back(static_cast<int32_t>(slot_rows.size()));
-      weights.push_back(0.25f + 0.1f * static_cast<float>(i));
-    }
+    for (int i = 0; i < e + 2; ++i) tokens[e].push_back((e + i) % n_tok);
   }
-  std::vector<ExpertFfnJob> jobs;
-  for (int e = 0, begin = 0; e < kExperts; begin += e + 2, ++e) {
-    jobs.push_back(ExpertFfnJob{.gate = &packed[3 * e], .up = &packed[3 * e + 1], .down = &packed[3 * e + 2],
-                                .rows = &rows[begin], .slot_rows = &slot_rows[begin], .weights = &weights[begin],
-                                .m = e + 2});
-  }
-  const size_t n_rows = rows.size();
-  // Buffers of 6 rows: the passes take experts {0, 1}, {2}, {3}.
-  std::vector<float> xe(n_tok * n_embd), gate(n_tok * n_ff), up(n_tok * n_ff);
-  const ExpertBuffers buf{.xe = xe.data(), .gate = gate.data(), .up = up.data(), .rows = n_tok};
-  std::vector<float> side_by_side(n_rows * n_embd), one_by_one(n_rows * n_embd);
-  Poison(side_by_side);
-  Poison(one_by_one);
-  b->ExpertFfns(jobs.data(), jobs.size(), x.data(), n_embd, n_ff, buf, side_by_side.data());
-  b->Backend::ExpertFfns(jobs.data(), jobs.size(), x.data(), n_embd, n_ff, buf, one_by_one.data());
-  ASSERT_TRUE(b->TakeError().ok());
-  EXPECT_EQ(std::memcmp(side_by_side.data(), one_by_one.data(), one_by_one.size() * sizeof(float)), 0);
+  ExpectExpertFfns(*b, ex, tokens, x, n_embd, n_ff, n_tok);
+}
 
-  // And it is the FFN: against the reference kernels on the GGUF rows, row by row. Both round the activations as
-  // llama.cpp does, so only the float order differs (measured 7e-15).
-  std::vector<float> g(n_ff), u(n_ff), want(n_embd), got(side_by_side.begin(), side_by_side.end());
-  std::vector<float> all_want;
-  for (size_t k = 0, e = 0; e < jobs.size(); ++e) {
-    for (int64_t i = 0; i < jobs[e].m; ++i, ++k) {
-      const float* xr = x.data() + rows[k] * n_embd;
-      cpu::MatMulRef(raw[3 * e], xr, 1, g.data());
-      cpu::MatMulRef(raw[3 * e + 1], xr, 1, u.data());
-      cpu::SwiGlu(g.data(), u.data(), n_ff, g.data());
-      cpu::MatMulRef(raw[3 * e + 2], g.data(), 1, want.data());
-      for (float v : want) all_want.push_back(weights[k] * v);
-    }
-  }
-  EXPECT_LT(Nmse(got, all_want), 1e-11);
-  std::printf("  experts vs reference FFN: NMSE %.3g\n", Nmse(got, all_want));
+// A decode step: one token, its two experts in one pass, as the executor sizes the workspace (expert_rows): each
+// expert's down projection quantizes its own activations into tiles of its own.
+TEST(CpuBackend, ExpertFfnsOneTokenTwoExperts) {
+  const int64_t n_embd = 256, n_ff = 512;
+  auto b = CreateCpuBackend(CpuBackendOptions{.n_threads = 2, .repack = Repack::kOn});
+  const Q4Experts ex = MakeQ4Experts(*b, 2, n_embd, n_ff);
+  ASSERT_TRUE(b->ReserveWorkspace(WorkspaceSpec{.max_tokens = 1, .expert_rows = 2, .max_cols = n_ff,
+                                                .max_rows = n_ff, .n_ctx = 8, .n_head = 1}).ok());
+  const std::vector<float> x = RandomNormal(static_cast<size_t>(n_embd), 9);
+  ExpectExpertFfns(*b, ex, {{0}, {0}}, x, n_embd, n_ff, 2);
 }
 
 TEST(CpuBackend, ThreadOption) {
