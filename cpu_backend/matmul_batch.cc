@@ -161,19 +161,23 @@ void MatMulBatch(const MatMulJob* jobs, size_t n_jobs, void* scratch, const int*
                                     isa);
       }
     }
+    // Shared tiles are complete only after the loop's barrier. One-token jobs quantize into tiles of their own, so a
+    // decode region has no barrier before its weights start streaming.
+    if (shared_tok > 0) {
 #pragma omp for schedule(static)
-    for (int64_t k = 0; k < shared_tok; ++k) {  // the k-th token of the many-token jobs that quantize
-      size_t i = 0;
-      int64_t t = k;
-      while (!plan[i].quantize || plan[i].copy_bytes > 0 || t >= jobs[i].n_tok) {
-        if (plan[i].quantize && plan[i].copy_bytes == 0) t -= jobs[i].n_tok;
-        ++i;
+      for (int64_t k = 0; k < shared_tok; ++k) {  // the k-th token of the many-token jobs that quantize
+        size_t i = 0;
+        int64_t t = k;
+        while (!plan[i].quantize || plan[i].copy_bytes > 0 || t >= jobs[i].n_tok) {
+          if (plan[i].quantize && plan[i].copy_bytes == 0) t -= jobs[i].n_tok;
+          ++i;
+        }
+        const JobPlan& p = plan[i];
+        const MatMulJob& j = jobs[i];
+        internal::QuantizePackedAct(j.w->type, j.x + t * j.w->cols, j.w->cols,
+                                    p.xq + static_cast<size_t>(t / p.tile_len) * p.tile_bytes, p.capacity,
+                                    static_cast<int>(t % p.tile_len), isa);
       }
-      const JobPlan& p = plan[i];
-      const MatMulJob& j = jobs[i];
-      internal::QuantizePackedAct(j.w->type, j.x + t * j.w->cols, j.w->cols,
-                                  p.xq + static_cast<size_t>(t / p.tile_len) * p.tile_bytes, p.capacity,
-                                  static_cast<int>(t % p.tile_len), isa);
     }
 
     // Row groups [g0, g1) of job i: every token tile over each group, tiles outermost so the groups stay in L2.
