@@ -54,11 +54,15 @@ ReadBandwidthProbe::ReadBandwidthProbe(size_t bytes) : bytes_(std::max(bytes / k
 
 ReadBandwidthProbe::~ReadBandwidthProbe() { std::free(buf_); }
 
+size_t ReadBandwidthProbe::SliceBytes(size_t slice) const {
+  const size_t total_chunks = bytes_ / kChunk;
+  return (slice == 0 ? total_chunks : std::clamp<size_t>(slice / kChunk, 1, total_chunks)) * kChunk;
+}
+
 double ReadBandwidthProbe::Run(size_t slice) {
   const bool avx2 = __builtin_cpu_supports("avx2");
   const size_t total_chunks = bytes_ / kChunk;
-  const auto n_chunks =
-      static_cast<int64_t>(slice == 0 ? total_chunks : std::clamp<size_t>(slice / kChunk, 1, total_chunks));
+  const auto n_chunks = static_cast<int64_t>(SliceBytes(slice) / kChunk);
   const size_t first = next_;
   next_ = (next_ + static_cast<size_t>(n_chunks)) % total_chunks;
   uint64_t total = 0;

@@ -20,6 +20,8 @@ class ReadBandwidthProbe {
   // Reads about `slice` bytes (whole chunks, at least one; 0 = the whole buffer) and returns GB/s. A slice about
   // the size of the kernel's weights makes probe and kernel last about as long on a shared machine.
   double Run(size_t slice = 0);
+  // The bytes Run(slice) reads.
+  size_t SliceBytes(size_t slice = 0) const;
   size_t bytes() const { return bytes_; }
 
  private:
