@@ -28,7 +28,7 @@ enum class Stream { kCompute = 0, kCopy = 1 };
 // Sizes a backend's workspace once, at planning, so nothing is allocated per token.
 struct WorkspaceSpec {
   int64_t max_tokens = 1;   // largest batch
-  int64_t expert_rows = 0;  // rows of one ExpertFfns pass (ExpertBuffers::rows), each maybe its own expert's
+  int64_t expert_rows = 0;  // ExpertBuffers::rows: in decode, one row per expert, each a one-token job
   int64_t max_cols = 0;     // widest matmul input
   int64_t max_rows = 0;     // widest matmul output
   int64_t n_ctx = 0;        // KV length
