@@ -276,14 +276,18 @@ class CpuBackend final : public CpuBackendApi {
                     const ExpertBuffers& buf, float* y) {
     constexpr size_t kMaxExperts = cpu::kMaxBatchJobs / 2;
     cpu::MatMulJob gate_up[cpu::kMaxBatchJobs], down[kMaxExperts];
-    int64_t row0[kMaxExperts];
+    int64_t row0[kMaxExperts], x_row[kMaxExperts];  // expert e's rows of gate, up and its output; of its input
     size_t n = 0, gate_up_ranges = 0, down_ranges = 0;
     int64_t rows = 0;
     for (; n < std::min(n_jobs, kMaxExperts); ++n) {
       const ExpertFfnJob& j = jobs[n];
       if (rows + j.m > buf.rows) break;
-      gate_up[2 * n] = Job(*j.gate, buf.xe + rows * n_embd, j.m, buf.gate + rows * n_ff);
-      gate_up[2 * n + 1] = Job(*j.up, buf.xe + rows * n_embd, j.m, buf.up + rows * n_ff);
+      // A decode step's experts all take the one token: they read the first one's gathered row, so MatMulBatch
+      // quantizes it once (its jobs share the tiles of equal inputs side by side).
+      const bool same_token = n > 0 && j.m == 1 && jobs[n - 1].m == 1 && j.rows[0] == jobs[n - 1].rows[0];
+      x_row[n] = same_token ? x_row[n - 1] : rows;
+      gate_up[2 * n] = Job(*j.gate, buf.xe + x_row[n] * n_embd, j.m, buf.gate + rows * n_ff);
+      gate_up[2 * n + 1] = Job(*j.up, buf.xe + x_row[n] * n_embd, j.m, buf.up + rows * n_ff);
       down[n] = Job(*j.down, buf.gate + rows * n_ff, j.m, buf.xe + rows * n_embd);
       const size_t gu = gate_up_ranges + RangesOf(gate_up[2 * n]) + RangesOf(gate_up[2 * n + 1]);
       const size_t dn = down_ranges + RangesOf(down[n]);
@@ -299,7 +303,9 @@ class CpuBackend final : public CpuBackendApi {
     }
     if (n == 0) return 0;
     const int* nodes = thread_node_.empty() ? nullptr : thread_node_.data();
-    for (size_t e = 0; e < n; ++e) GatherRows(x, jobs[e].rows, jobs[e].m, n_embd, buf.xe + row0[e] * n_embd);
+    for (size_t e = 0; e < n; ++e) {
+      if (x_row[e] == row0[e]) GatherRows(x, jobs[e].rows, jobs[e].m, n_embd, buf.xe + row0[e] * n_embd);
+    }
     cpu::MatMulBatch(gate_up, 2 * n, matmul_scratch_, nodes, thread_node_.size());
     cpu::SwiGlu(buf.gate, buf.up, rows * n_ff, buf.gate);
     cpu::MatMulBatch(down, n, matmul_scratch_, nodes, thread_node_.size());
