@@ -178,26 +178,19 @@ int CmdBench(std::span<const std::string> argv) {
   auto run_pp = [&](int n) -> absl::Status {
     return e.Prefill(std::span<const int32_t>(tokens.data(), n), 0, false, logits.data());
   };
-  auto run_tg = [&](int n) -> absl::Status {
-    int32_t tok = tokens[0];
-    for (int i = 0; i < n; ++i) {
-      TANDEM_RETURN_IF_ERROR(e.executor().Forward(std::span<const int32_t>(&tok, 1), i, 1, logits.data()));
-      tok = static_cast<int32_t>((tok + 1) % cfg.n_vocab);
-    }
-    return absl::OkStatus();
-  };
-
-  // Decode with the probe: before every token the probe reads about the token's weight bytes, so probe and kernel
-  // alternate every few milliseconds and see the same memory load (on a shared host it swings by 2x within a
-  // second). Only the tokens are timed; the probe's bytes and seconds add up separately.
+  // Decode: n tokens, their time summed into *ns. With `probed`, before every token the probe reads about the
+  // token's weight bytes, so probe and kernel alternate every few milliseconds and see the same memory load (on a
+  // shared host it swings by 2x within a second); the probe's bytes and seconds add up separately, untimed.
   double probe_bytes = 0, probe_sec = 0;
-  auto run_tg_probed = [&](int n, double* ns) -> absl::Status {
+  auto run_tg = [&](int n, bool probed, double* ns) -> absl::Status {
+    const auto slice = probed ? static_cast<double>(probe->SliceBytes(decode_bytes)) : 0.0;
     int32_t tok = tokens[0];
     *ns = 0;
     for (int i = 0; i < n; ++i) {
-      const double gbps = probe->Run(decode_bytes);
-      probe_bytes += static_cast<double>(probe->SliceBytes(decode_bytes));
-      probe_sec += static_cast<double>(probe->SliceBytes(decode_bytes)) / (gbps * 1e9);
+      if (probed) {
+        probe_sec += slice / (probe->Run(decode_bytes) * 1e9);
+        probe_bytes += slice;
+      }
       const auto t0 = Clock::now();
       TANDEM_RETURN_IF_ERROR(e.executor().Forward(std::span<const int32_t>(&tok, 1), i, 1, logits.data()));
       *ns += std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
@@ -209,18 +202,18 @@ int CmdBench(std::span<const std::string> argv) {
   std::vector<TestResult> results;
   auto measure = [&](int p, int n) -> absl::Status {
     TestResult r{.n_prompt = p, .n_gen = n};
-    TANDEM_RETURN_IF_ERROR(p > 0 ? run_pp(p) : run_tg(std::min(n, 4)));  // warm-up
+    double ns = 0;
+    TANDEM_RETURN_IF_ERROR(p > 0 ? run_pp(p) : run_tg(std::min(n, 4), false, &ns));  // warm-up
     probe_bytes = probe_sec = 0;
     for (int rep = 0; rep < f.reps; ++rep) {
-      if (probe && n > 0) {
-        double ns = 0;
-        TANDEM_RETURN_IF_ERROR(run_tg_probed(n, &ns));
-        r.ns.push_back(ns);
-        continue;
+      if (n > 0) {
+        TANDEM_RETURN_IF_ERROR(run_tg(n, probe != nullptr, &ns));
+      } else {
+        const auto t0 = Clock::now();
+        TANDEM_RETURN_IF_ERROR(run_pp(p));
+        ns = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
       }
-      const auto t0 = Clock::now();
-      TANDEM_RETURN_IF_ERROR(p > 0 ? run_pp(p) : run_tg(n));
-      r.ns.push_back(std::chrono::duration<double, std::nano>(Clock::now() - t0).count());
+      r.ns.push_back(ns);
     }
     Summarize(r);
     if (n > 0) {
