@@ -26,8 +26,9 @@ struct Unit {
 };
 
 // 64 bytes of weights, as one load or as two 256-bit halves (kHalves). Q8_0's one-token products read 2-3 % faster
-// from DRAM as halves, in the host's 60-67 GB/s regime; Q4_0's and Q4_K's read 1-2 % slower (paired runs,
-// docs/performance.md).
+// from DRAM as halves, in the host's 60-67 GB/s regime, when they read one run; with two runs, on one thread,
+// 512-bit loads read 78-82 % of the probe and halves 89-92 %. Q4_0's and Q4_K's read 1-2 % slower as halves
+// (paired runs, docs/performance.md).
 template <bool kHalves>
 inline __m512i LoadWeights(const uint8_t* p) {
   if constexpr (kHalves) {
@@ -261,8 +262,10 @@ struct Q4KTile {
 //   against 85.7 % in the 60-67 GB/s regime, and 4.6-6.6 % faster on one thread (paired runs).
 // - Q4_K reads 2368 bytes a super-block: two runs, 84 % against 76 % with four; in paired runs 14 % ahead of four
 //   runs with shifted nibbles and 256-bit loads.
-// - Q8_0 reads twice Q4_0's bytes per instruction: one run per thread (the one-group kernel). On huge pages tg32
-//   was 11-22 % above four runs, and 86 % of the probe against 69-71 % with two, three or four.
+// - Q8_0 reads 544 bytes a block: two runs, four blocks of each at a time. Against one run (the one-group kernel),
+//   paired per-token A/B of whole-model decode: 0.973 of the token time in the 57-68 GB/s regime (44 runs), 1.004
+//   in the 16-37 GB/s one (37). Two runs of one block at a time measured 1.030 in the fast regime, of two 0.991,
+//   of eight 1.010. On huge pages one run had been 11-22 % above four runs of one block.
 PackedDecode Avx512PackedDecode(DType wtype) {
   switch (wtype) {
     case DType::kQ4_0:
@@ -270,6 +273,9 @@ PackedDecode Avx512PackedDecode(DType wtype) {
               .streams = 4};
     case DType::kQ4_K:
       return {.fn = DecodeStreams<2, 1, kQ4KBlockBytes, Unit<256, 4, 1>::kBytes, Q4KStep<1, 1>>, .streams = 2};
+    case DType::kQ8_0:
+      return {.fn = DecodeStreams<2, 4, kBlock32Bytes<false>, Unit<32, 1, 1>::kBytes, Block32Step<false, 1, 1>>,
+              .streams = 2};
     default: return {};
   }
 }

@@ -76,8 +76,8 @@ using PackedKernelFn = void (*)(const uint8_t* group, int64_t nb, const uint8_t*
 PackedKernelFn ScalarPackedKernel(DType wtype);
 PackedKernelFn Avx512PackedKernel(DType wtype);  // call only when DetectedIsa() == kAvx512
 // Decode: one token (a tile of capacity 1) against `streams` groups read side by side, y[g][r] for r < 16. No
-// function when the type reads its weights faster one group at a time (Q8_0); the products equal the one-group
-// kernel's.
+// function when the type reads its weights fastest one group at a time (none does at present); the products equal
+// the one-group kernel's.
 constexpr int kMaxDecodeStreams = 4;
 struct PackedDecode {
   void (*fn)(const uint8_t* const* groups, int64_t nb, const uint8_t* tile, float* const* y) = nullptr;

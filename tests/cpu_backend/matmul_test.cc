@@ -272,10 +272,11 @@ TEST_P(PackedMatMulTest, MatchesReference) {
               IsaName(std::get<1>(GetParam())).c_str(), Nmse(all_fast, all_ref));
 
   // Decode reads a thread's range of row groups as runs side by side (Q4_0 four, two blocks at a time; Q4_K two;
-  // what is left at a range's end one by one): rows enough for runs of 2 and 3 groups, with and without a
-  // remainder. Odd block counts (nb = 3 above) end Q4_0's runs on a single block.
+  // Q8_0 two, four blocks at a time; what is left at a range's end one by one): rows enough for runs of 2 and 3
+  // groups, with and without a remainder. Six blocks end Q8_0's runs on two single blocks; odd block counts
+  // (nb = 3 above) end Q4_0's on one.
   for (int64_t rows : {16 * 64, 16 * 75, 16 * 99}) {
-    const Problem& p = GetProblem(type, rows, 4 * block, 1, 0, seed++);
+    const Problem& p = GetProblem(type, rows, 6 * block, 1, 0, seed++);
     std::vector<uint8_t> packed(PackedBytes(p.w.m));
     const std::vector<float> fast = RunMatMul(Repack(p.w.m, packed.data()), p.x, 1);
     EXPECT_LT(Nmse(fast, p.ref), kTol.at(type) * kShapeTolFactor) << DTypeName(type) << " decode rows=" << rows;
