@@ -155,6 +155,28 @@ class CpuBackend final : public CpuBackendApi {
     }
     cpu::MatMul(w, x, n_tok, y, matmul_scratch_, AffinityFor(w, n_tok));
   }
+  // Packed products share one parallel region and one quantized copy of x (MatMulBatch): in decode, q, k and v of
+  // one layer are one region instead of three (docs/performance.md). Others run one by one.
+  void MatMuls(std::span<const MatMulOutput> products, const float* x, int64_t n_tok) override {
+    cpu::MatMulJob jobs[cpu::kMaxBatchJobs];
+    size_t n_jobs = 0, n_ranges = 0;
+    for (const MatMulOutput& p : products) {
+      if (p.w->packed && n_jobs < cpu::kMaxBatchJobs) {
+        jobs[n_jobs] = Job(*p.w, x, n_tok, p.y);
+        n_ranges += RangesOf(jobs[n_jobs++]);
+      } else {
+        MatMul(*p.w, x, n_tok, p.y);
+      }
+    }
+    if (n_jobs == 0) return;
+    if (matmul_scratch_ == nullptr || n_ranges > cpu::kMaxBatchRanges ||
+        cpu::MatMulBatchScratchBytes(jobs, n_jobs) > matmul_scratch_bytes_) {
+      for (size_t i = 0; i < n_jobs; ++i) MatMul(*jobs[i].w, x, n_tok, jobs[i].y);
+      return;
+    }
+    cpu::MatMulBatch(jobs, n_jobs, matmul_scratch_, thread_node_.empty() ? nullptr : thread_node_.data(),
+                     thread_node_.size());
+  }
 
   // ---- NUMA ----
   void SetThreadNodes(std::vector<int> thread_node) override { thread_node_ = std::move(thread_node); }

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -34,6 +35,12 @@ struct WorkspaceSpec {
   int64_t n_ctx = 0;        // KV length
   int n_head = 0;
   int n_threads = 1;
+};
+
+// One of several products that share their input (Backend::MatMuls).
+struct MatMulOutput {
+  const WeightMatrix* w = nullptr;  // [cols -> rows]
+  float* y = nullptr;               // [n_tok][w->rows]
 };
 
 // One expert's share of an MoE layer: its FFN weights and the tokens routed to it.
@@ -96,6 +103,11 @@ class Backend {
   virtual void GetRows(const WeightMatrix& table, const int32_t* ids, int64_t n_tok, float* y) = 0;
   virtual void RmsNorm(const float* x, const float* w, int64_t n_tok, int64_t n, float eps, float* y) = 0;
   virtual void MatMul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y) = 0;
+  // Products that share their input x, such as q, k and v: y = x W^T for each. By default one after another; the
+  // CPU runs its packed ones in one parallel region that quantizes x once.
+  virtual void MatMuls(std::span<const MatMulOutput> products, const float* x, int64_t n_tok) {
+    for (const MatMulOutput& p : products) MatMul(*p.w, x, n_tok, p.y);
+  }
   virtual void Rope(float* x, int64_t n_tok, const int32_t* pos, const RopeParams& p) = 0;
   virtual void KvStore(const KvLayer& kv, const float* k, const float* v, int64_t n_tok, int64_t pos0) = 0;
   virtual void Attention(const float* q, const KvLayer& kv, int64_t n_tok, int64_t pos0, const AttentionParams& p,

@@ -202,12 +202,16 @@ void AttentionUnit(Backend& be, const StepContext& s, int il, const AttnWeights&
 
   be.RmsNorm(act.x, static_cast<const float*>(w.norm.data), n, c.n_embd, c.rms_eps, act.cur);
   Named(s, be, act.cur, n * c.n_embd, "attn_norm", il);
-  be.MatMul(w.wk, act.cur, n, act.k);                   Named(s, be, act.k, n * c.n_embd_kv(), "k", il);
-  be.MatMul(w.wv, act.cur, n, act.v);                   Named(s, be, act.v, n * c.n_embd_kv(), "v", il);
+  // q, k and v share their input, so they go as one call, unless only the last m rows' queries go on.
+  const MatMulOutput qkv[] = {{.w = &w.wq, .y = act.q}, {.w = &w.wk, .y = act.k}, {.w = &w.wv, .y = act.v}};
+  be.MatMuls(m == n ? std::span(qkv) : std::span(qkv).subspan(1), act.cur, n);
+  Named(s, be, act.k, n * c.n_embd_kv(), "k", il);
+  Named(s, be, act.v, n * c.n_embd_kv(), "v", il);
   be.Rope(act.k, n, act.pos, rope_k);                   Named(s, be, act.k, n * c.n_embd_kv(), "k_rope", il);
   be.KvStore(kv, act.k, act.v, n, s.pos0);
   if (m == 0) return;
-  be.MatMul(w.wq, act.cur + r0 * c.n_embd, m, act.q);   Named(s, be, act.q, m * q_dim, "q", il);
+  if (m < n) be.MatMul(w.wq, act.cur + r0 * c.n_embd, m, act.q);
+  Named(s, be, act.q, m * q_dim, "q", il);
   be.Rope(act.q, m, act.pos + r0, rope_q);              Named(s, be, act.q, m * q_dim, "q_rope", il);
   be.Attention(act.q, kv, m, s.pos0 + r0, ap, act.att); Named(s, be, act.att, m * q_dim, "kqv", il);
   be.MatMul(w.wo, act.att, m, act.cur);                 Named(s, be, act.cur, m * c.n_embd, "attn_out", il);

@@ -256,6 +256,54 @@ TEST(CpuBackend, RepackedWeightsAndNumaRows) {
   }
 }
 
+// q, k and v through MatMuls: the packed ones in one parallel region with one quantized input, bit for bit the
+// products of one MatMul each, and against the reference kernel. A matrix that cannot be repacked (24 rows) runs
+// on its own in the same call.
+TEST(CpuBackend, MatMulsEqualOneByOne) {
+  auto b = CreateCpuBackend(CpuBackendOptions{.n_threads = 2, .repack = Repack::kOn});
+  const int64_t cols = 512;
+  std::vector<std::vector<uint8_t>> bytes;
+  std::vector<WeightMatrix> raw, prepared;
+  for (int64_t rows : {128, 32, 32, 24}) {
+    const std::vector<float> wf = RandomNormal(static_cast<size_t>(rows * cols), 60 + rows);
+    const size_t row_bytes = RowBytes(DType::kQ4_K, cols);
+    bytes.emplace_back(row_bytes * rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      ASSERT_TRUE(QuantizeRow(DType::kQ4_K, wf.data() + r * cols, bytes.back().data() + r * row_bytes, cols).ok());
+    }
+    raw.push_back(WeightMatrix{.type = DType::kQ4_K, .data = bytes.back().data(), .rows = rows, .cols = cols,
+                               .row_stride = row_bytes});
+    absl::StatusOr<WeightMatrix> p = b->PrepareMatMulWeights(raw.back(), "test weight");
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_EQ(p->packed, rows % cpu::kPackRows == 0);
+    prepared.push_back(*p);
+  }
+  for (int64_t n_tok : {1, 5}) {
+    ASSERT_TRUE(b->ReserveWorkspace(WorkspaceSpec{.max_tokens = n_tok, .max_cols = cols, .max_rows = 128,
+                                                  .n_ctx = 8, .n_head = 1}).ok());
+    const std::vector<float> x = RandomNormal(static_cast<size_t>(cols * n_tok), 70 + n_tok);
+    std::vector<std::vector<float>> together, alone;
+    std::vector<MatMulOutput> outputs;
+    for (const WeightMatrix& w : prepared) {
+      together.emplace_back(static_cast<size_t>(w.rows * n_tok));
+      alone.emplace_back(together.back().size());
+      Poison(together.back());
+      Poison(alone.back());
+    }
+    for (size_t i = 0; i < prepared.size(); ++i) outputs.push_back({.w = &prepared[i], .y = together[i].data()});
+    b->MatMuls(outputs, x.data(), n_tok);
+    for (size_t i = 0; i < prepared.size(); ++i) b->MatMul(prepared[i], x.data(), n_tok, alone[i].data());
+    ASSERT_TRUE(b->TakeError().ok());
+    for (size_t i = 0; i < prepared.size(); ++i) {
+      EXPECT_EQ(std::memcmp(together[i].data(), alone[i].data(), alone[i].size() * sizeof(float)), 0)
+          << "product " << i << " n_tok=" << n_tok;
+      std::vector<float> want(alone[i].size());
+      cpu::MatMulRef(raw[i], x.data(), n_tok, want.data());
+      EXPECT_LT(Nmse(together[i], want), 1e-11) << "product " << i << " n_tok=" << n_tok;
+    }
+  }
+}
+
 // Q4_0 experts (gate, up, down) for the ExpertFfns tests: the GGUF rows and the backend's packed copies.
 struct Q4Experts {
   std::vector<std::vector<uint8_t>> bytes;
