@@ -1,5 +1,7 @@
-// Which SIMD kernel family MatMul may use: what the CPU has, capped by env TANDEM_ISA and by SetIsa.
+// Which SIMD kernel family MatMul may use: what the CPU has, capped by env TANDEM_ISA and by SetIsa; and how far
+// the one-token kernels prefetch.
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
@@ -56,5 +58,29 @@ Isa ActiveIsa() {
 }
 
 void SetIsa(Isa isa) { g_active.store(static_cast<int>(Min(isa, DetectedIsa())), std::memory_order_relaxed); }
+
+namespace {
+constexpr size_t kIntelDecodePrefetch = 4096;
+// SIZE_MAX until first use.
+std::atomic<size_t> g_decode_prefetch{SIZE_MAX};
+}  // namespace
+
+size_t DecodePrefetchBytes() {
+  size_t v = g_decode_prefetch.load(std::memory_order_relaxed);
+  if (v == SIZE_MAX) {
+    __builtin_cpu_init();
+    v = __builtin_cpu_is("intel") ? kIntelDecodePrefetch : 0;
+    if (const char* env = std::getenv("TANDEM_DECODE_PREFETCH"); env != nullptr) {
+      char* end = nullptr;
+      const unsigned long long bytes = std::strtoull(env, &end, 10);
+      if (end != env && *end == '\0' && bytes <= (size_t{1} << 20)) v = static_cast<size_t>(bytes);
+    }
+    size_t expected = SIZE_MAX;
+    if (!g_decode_prefetch.compare_exchange_strong(expected, v)) v = expected;
+  }
+  return v;
+}
+
+void SetDecodePrefetchBytes(size_t bytes) { g_decode_prefetch.store(bytes, std::memory_order_relaxed); }
 
 }  // namespace tandem::cpu

@@ -123,6 +123,7 @@ void MatMulBatch(const MatMulJob* jobs, size_t n_jobs, void* scratch, const int*
     }
   }
   const int n_threads = work >= internal::kMinParallelWork ? omp_get_max_threads() : 1;
+  const size_t prefetch = DecodePrefetchBytes();
   for (size_t i = 0; i < n_jobs; ++i) {
     JobPlan& p = plan[i];
     if (jobs[i].n_tok == 1) {
@@ -198,7 +199,7 @@ void MatMulBatch(const MatMulJob* jobs, size_t n_jobs, void* scratch, const int*
             groups[s] = wbase + static_cast<size_t>(g) * p.group_bytes;
             ys[s] = j.y + g * kPackRows;
           }
-          p.decode.fn(groups, p.nb, xq, ys);
+          p.decode.fn(groups, p.nb, xq, ys, prefetch);
         }
         g0 += kS * run;
       }

@@ -92,11 +92,27 @@ inline __m512i DotNibbles(const __m512i q[8], const int8_t* xq, __m512i init) {
   return _mm512_add_epi32(lo, _mm512_srai_epi32(hi, 4));
 }
 
-// One block of one group of 16 rows against NX tokens of a tile of capacity C, into acc[t].
+template <bool kNibbles>
+constexpr int kBlock32Bytes = kNibbles ? 288 : 544;
+
+// Software prefetch, to L1, of the lines that hold [p, p + Bytes). Whole-model decode on the Intel host read 99 % of
+// the probe with it (Q4_0) against 87-89 % without; on Zen 4, 57-65 % against 88-90 % (docs/performance.md), so
+// DecodePrefetchBytes decides by vendor.
+template <int Bytes>
+inline void PrefetchLines(const uint8_t* p) {
+#pragma GCC unroll 16
+  for (int l = 0; l < Bytes; l += 64) _mm_prefetch(reinterpret_cast<const char*>(p) + l, _MM_HINT_T0);
+}
+
+// One block of one group of 16 rows against NX tokens of a tile of capacity C, into acc[t]. A one-token step
+// prefetches the block `prefetch` bytes on (0: none).
 template <bool kNibbles, int NX, int C>
-inline void Block32Step(const uint8_t* blk, const uint8_t* unit, __m512 acc[NX]) {
+inline void Block32Step(const uint8_t* blk, const uint8_t* unit, __m512 acc[NX], size_t prefetch) {
   using U = Unit<32, 1, C>;
   const U a{unit};
+  if constexpr (C == 1) {
+    if (prefetch != 0) PrefetchLines<kBlock32Bytes<kNibbles>>(blk + prefetch);
+  }
   const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
   __m512i q[8];
   if constexpr (kNibbles) {
@@ -113,9 +129,6 @@ inline void Block32Step(const uint8_t* blk, const uint8_t* unit, __m512 acc[NX])
   }
 }
 
-template <bool kNibbles>
-constexpr size_t kBlock32Bytes = kNibbles ? 288 : 544;
-
 // NX tokens of a tile of capacity C against one group of 16 rows.
 template <bool kNibbles, int NX, int C>
 void Block32Kernel(const uint8_t* group, int64_t nb, const uint8_t* tile, float* y, size_t y_stride) {
@@ -123,15 +136,21 @@ void Block32Kernel(const uint8_t* group, int64_t nb, const uint8_t* tile, float*
 #pragma GCC unroll 16
   for (int t = 0; t < NX; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    Block32Step<kNibbles, NX, C>(group + b * kBlock32Bytes<kNibbles>, tile + b * Unit<32, 1, C>::kBytes, acc);
+    Block32Step<kNibbles, NX, C>(group + b * kBlock32Bytes<kNibbles>, tile + b * Unit<32, 1, C>::kBytes, acc, 0);
   }
 #pragma GCC unroll 16
   for (int t = 0; t < NX; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
 }
 
-// One super-block of one group of 16 rows against NX tokens of a tile of capacity C, into acc[t].
+constexpr int kQ4KBlockBytes = 2368;
+constexpr int kQ4KLines = kQ4KBlockBytes / 64;
+static_assert(kQ4KLines * 64 == kQ4KBlockBytes);
+
+// One super-block of one group of 16 rows against NX tokens of a tile of capacity C, into acc[t]. A one-token step
+// prefetches the super-block `prefetch` bytes on (0: none), an eighth with each sub-block: its 37 prefetches in one
+// burst read 81-86 % of the probe on the Intel host, spread out 89-92 % (docs/performance.md).
 template <int NX, int C>
-inline void Q4KStep(const uint8_t* blk, const uint8_t* unit, __m512 acc[NX]) {
+inline void Q4KStep(const uint8_t* blk, const uint8_t* unit, __m512 acc[NX], size_t prefetch) {
   using U = Unit<256, 4, C>;
   const U a{unit};
   const uint8_t* sc = blk + 64;
@@ -158,6 +177,14 @@ inline void Q4KStep(const uint8_t* blk, const uint8_t* unit, __m512 acc[NX]) {
 #pragma GCC unroll 16
   for (int t = 0; t < NX; ++t) isum[t] = _mm512_setzero_si512();
   for (int j = 0; j < 8; ++j) {
+    if constexpr (C == 1) {
+      if (prefetch != 0) {
+#pragma GCC unroll 8
+        for (int l = j * kQ4KLines / 8; l < (j + 1) * kQ4KLines / 8; ++l) {
+          _mm_prefetch(reinterpret_cast<const char*>(blk + prefetch) + 64 * l, _MM_HINT_T0);
+        }
+      }
+    }
     const __m512i scale = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + 16 * j)));
     __m512i q[8];
     MaskNibbles(qs + 256 * j, q);
@@ -180,14 +207,12 @@ inline void Q4KStep(const uint8_t* blk, const uint8_t* unit, __m512 acc[NX]) {
   }
 }
 
-constexpr size_t kQ4KBlockBytes = 2368;
-
 template <int NX, int C>
 void Q4KKernel(const uint8_t* group, int64_t nb, const uint8_t* tile, float* y, size_t y_stride) {
   __m512 acc[NX];
 #pragma GCC unroll 16
   for (int t = 0; t < NX; ++t) acc[t] = _mm512_setzero_ps();
-  for (int64_t s = 0; s < nb; ++s) Q4KStep<NX, C>(group + s * kQ4KBlockBytes, tile + s * Unit<256, 4, C>::kBytes, acc);
+  for (int64_t s = 0; s < nb; ++s) Q4KStep<NX, C>(group + s * kQ4KBlockBytes, tile + s * Unit<256, 4, C>::kBytes, acc, 0);
 #pragma GCC unroll 16
   for (int t = 0; t < NX; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
 }
@@ -196,8 +221,9 @@ void Q4KKernel(const uint8_t* group, int64_t nb, const uint8_t* tile, float* y, 
 // sequential run of weights keeps too few cache misses in flight to reach its share of DRAM bandwidth; a few runs
 // far apart do (measured: single-thread 76 % -> 100 % of the read probe). Each group's sums are those of the
 // one-group kernel, bit for bit: its blocks are still added in order.
-template <int S, int K, int BlockBytes, int UnitBytes, void (*Step)(const uint8_t*, const uint8_t*, __m512*)>
-void DecodeStreams(const uint8_t* const* groups, int64_t nb, const uint8_t* tile, float* const* y) {
+template <int S, int K, int BlockBytes, int UnitBytes,
+          void (*Step)(const uint8_t*, const uint8_t*, __m512*, size_t)>
+void DecodeStreams(const uint8_t* const* groups, int64_t nb, const uint8_t* tile, float* const* y, size_t prefetch) {
   static_assert(S <= kMaxDecodeStreams && K >= 1);
   __m512 acc[S];
 #pragma GCC unroll 4
@@ -207,12 +233,14 @@ void DecodeStreams(const uint8_t* const* groups, int64_t nb, const uint8_t* tile
 #pragma GCC unroll 4
     for (int g = 0; g < S; ++g) {
 #pragma GCC unroll 4
-      for (int k = 0; k < K; ++k) Step(groups[g] + (b + k) * BlockBytes, tile + (b + k) * UnitBytes, &acc[g]);
+      for (int k = 0; k < K; ++k) {
+        Step(groups[g] + (b + k) * BlockBytes, tile + (b + k) * UnitBytes, &acc[g], prefetch);
+      }
     }
   }
   for (; b < nb; ++b) {
 #pragma GCC unroll 4
-    for (int g = 0; g < S; ++g) Step(groups[g] + b * BlockBytes, tile + b * UnitBytes, &acc[g]);
+    for (int g = 0; g < S; ++g) Step(groups[g] + b * BlockBytes, tile + b * UnitBytes, &acc[g], prefetch);
   }
 #pragma GCC unroll 4
   for (int g = 0; g < S; ++g) _mm512_storeu_ps(y[g], acc[g]);

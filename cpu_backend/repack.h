@@ -80,7 +80,8 @@ PackedKernelFn Avx512PackedKernel(DType wtype);  // call only when DetectedIsa()
 // the one-group kernel's.
 constexpr int kMaxDecodeStreams = 4;
 struct PackedDecode {
-  void (*fn)(const uint8_t* const* groups, int64_t nb, const uint8_t* tile, float* const* y) = nullptr;
+  // prefetch: how many bytes ahead of each run to prefetch (DecodePrefetchBytes), 0 for none.
+  void (*fn)(const uint8_t* const* groups, int64_t nb, const uint8_t* tile, float* const* y, size_t prefetch) = nullptr;
   int streams = 0;  // groups per call, at most kMaxDecodeStreams
 };
 PackedDecode Avx512PackedDecode(DType wtype);  // call only when DetectedIsa() == kAvx512
