@@ -73,10 +73,11 @@ enum class Isa { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
 Isa DetectedIsa();        // best the CPU supports
 Isa ActiveIsa();          // what MatMul uses now (env TANDEM_ISA=scalar|avx2|avx512 caps it)
 void SetIsa(Isa isa);     // capped at DetectedIsa()
-// How far ahead of each run of weights the one-token kernels prefetch, in bytes; 0 for none. Intel cores keep too
-// few misses in flight on their own (without it Q4_K decode read 69-77 % of the probe on our Intel host, with it
-// 89-92 %); on Zen 4 the same prefetch cost a third (docs/performance.md). So 4096 on Intel, 0 elsewhere; env
-// TANDEM_DECODE_PREFETCH=BYTES or SetDecodePrefetchBytes overrides. Products are the same either way.
+// How far ahead of each run of weights the one-token kernels (packed and GGUF layout) prefetch, in bytes; 0 for
+// none. Intel cores keep too few misses in flight on their own (without it Q4_K decode read 69-77 % of the probe
+// on our Intel host, with it 89-92 %); on Zen 4 the same prefetch read 57-65 % against 88-90 %
+// (docs/performance.md). So 4096 on Intel, 0 elsewhere; env TANDEM_DECODE_PREFETCH=BYTES or SetDecodePrefetchBytes
+// overrides. Products are the same either way.
 size_t DecodePrefetchBytes();
 void SetDecodePrefetchBytes(size_t bytes);
 

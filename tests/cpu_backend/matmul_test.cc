@@ -239,6 +239,22 @@ TEST_P(MatMulTest, OneAndTwoThreadsAgree) {
   EXPECT_LT(Nmse(one, p.ref), kTol.at(type));  // and not merely equal NaNs
 }
 
+// Decode's software prefetch of the rows ahead (DecodePrefetchBytes) changes no bit, up to past the matrix's end.
+TEST_P(MatMulTest, DecodePrefetchChangesNoBit) {
+  const DType type = std::get<0>(GetParam());
+  const Problem& p = GetProblem(type, 300, LargeCols(type), 1, 0, 78);
+  const size_t saved = DecodePrefetchBytes();
+  SetDecodePrefetchBytes(0);
+  const std::vector<float> plain = RunMatMul(p.w.m, p.x, 1);
+  for (size_t ahead : {size_t{64}, size_t{4096}, size_t{1} << 20}) {
+    SetDecodePrefetchBytes(ahead);
+    const std::vector<float> fetched = RunMatMul(p.w.m, p.x, 1);
+    ASSERT_EQ(std::memcmp(plain.data(), fetched.data(), plain.size() * sizeof(float)), 0) << "ahead=" << ahead;
+  }
+  SetDecodePrefetchBytes(saved);
+  EXPECT_LT(Nmse(plain, p.ref), kTol.at(type));
+}
+
 // Packed weights (repack.h, the CPU backend's layout for Q4_0, Q8_0 and Q4_K) give the reference's products on
 // every ISA: the VNNI kernels on AVX-512, the portable packed kernel below it. Same operands and bounds as the GGUF
 // layout; token counts straddle the 8-token tile.
