@@ -212,7 +212,9 @@ void Q4KKernel(const uint8_t* group, int64_t nb, const uint8_t* tile, float* y, 
   __m512 acc[NX];
 #pragma GCC unroll 16
   for (int t = 0; t < NX; ++t) acc[t] = _mm512_setzero_ps();
-  for (int64_t s = 0; s < nb; ++s) Q4KStep<NX, C>(group + s * kQ4KBlockBytes, tile + s * Unit<256, 4, C>::kBytes, acc, 0);
+  for (int64_t s = 0; s < nb; ++s) {
+    Q4KStep<NX, C>(group + s * kQ4KBlockBytes, tile + s * Unit<256, 4, C>::kBytes, acc, 0);
+  }
 #pragma GCC unroll 16
   for (int t = 0; t < NX; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
 }
