@@ -179,10 +179,8 @@ inline void Q4KStep(const uint8_t* blk, const uint8_t* unit, __m512 acc[NX], siz
   for (int j = 0; j < 8; ++j) {
     if constexpr (C == 1) {
       if (prefetch != 0) {
-#pragma GCC unroll 8
-        for (int l = j * kQ4KLines / 8; l < (j + 1) * kQ4KLines / 8; ++l) {
-          _mm_prefetch(reinterpret_cast<const char*>(blk + prefetch) + 64 * l, _MM_HINT_T0);
-        }
+        const char* ahead = reinterpret_cast<const char*>(blk + prefetch);
+        for (int l = j * kQ4KLines / 8; l < (j + 1) * kQ4KLines / 8; ++l) _mm_prefetch(ahead + 64 * l, _MM_HINT_T0);
       }
     }
     const __m512i scale = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + 16 * j)));
