@@ -205,7 +205,11 @@ void MatMul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y, void
     chunk_rows = std::min<int64_t>(chunk_rows, std::max<size_t>(1, internal::kChunkBytesPrefill / w_stride));
   }
   const int64_t n_chunks = (w.rows + chunk_rows - 1) / chunk_rows;
-  const size_t prefetch = DecodePrefetchBytes();
+  // One token streams each row once. On Intel (DecodePrefetchBytes) rows are prefetched ahead: by the AVX-512
+  // K-quant kernels themselves, a super-block at a time, and for the other kernels here, a row before each call
+  // (F16 on the Intel host: 20.0-20.3 GB/s against 16.7-19.9; docs/performance.md).
+  const size_t row_prefetch =
+      n_tok == 1 && !(isa == Isa::kAvx512 && internal::Avx512VecDotPrefetches(w.type)) ? DecodePrefetchBytes() : 0;
 
 #pragma omp parallel num_threads(n_threads)
   {
@@ -225,10 +229,8 @@ void MatMul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y, void
         const uint8_t* xt = xq + static_cast<size_t>(t0) * x_stride;
         float* yt = y + t0 * w.rows;
         for (int64_t r = r0; r < r1; ++r) {
-          // One token streams each row once: on Intel, Q6_K and Q5_K read 72-76 and 64-69 % of the probe with
-          // the rows prefetched ahead, 55-57 and 54-57 % without (matmul_bench, docs/performance.md).
-          if (n_tok == 1 && prefetch != 0) {
-            const char* pf = reinterpret_cast<const char*>(wbase + static_cast<size_t>(r) * w_stride) + prefetch;
+          if (row_prefetch != 0) {
+            const char* pf = reinterpret_cast<const char*>(wbase + static_cast<size_t>(r) * w_stride) + row_prefetch;
             for (size_t l = 0; l < row_bytes; l += 64) _mm_prefetch(pf + l, _MM_HINT_T0);
           }
           dot(w.cols, wbase + static_cast<size_t>(r) * w_stride, xt, x_stride, n_x, yt + r,

@@ -87,6 +87,9 @@ using VecDotFn = void (*)(int64_t n, const void* w, const void* x, size_t x_stri
 VecDotFn ScalarVecDot(DType wtype);
 VecDotFn Avx2VecDot(DType wtype);    // call only when DetectedIsa() >= kAvx2
 VecDotFn Avx512VecDot(DType wtype);  // call only when DetectedIsa() == kAvx512
+// Whether Avx512VecDot's kernel for wtype prefetches its row ahead itself on one-token calls (the K-quants);
+// MatMul prefetches the rows of the others.
+bool Avx512VecDotPrefetches(DType wtype);
 
 // MatMul under an affinity: whether `thread` (of n_threads) serves ranges[range] in pass 0 (its own node's) or
 // pass 1 (ranges of nodes without a thread).

@@ -299,6 +299,15 @@ struct AffineK {
 
 // ---- K-quants against Q8_K ----
 
+// A one-token call streams its row once. The K-quant kernels prefetch each super-block DecodePrefetchBytes() ahead
+// as they reach it: on the Intel host Q6_K and Q5_K read 80-85 and 81 % of the probe (matmul_bench, 14336 x 4096),
+// against 70-74 and 63-64 % with the whole row prefetched in one burst before the call (MatMul's way for the other
+// kernels). Bytes ahead of a block that is not line-aligned fall to the next block's prefetch.
+template <size_t Bytes>
+inline void PrefetchBlock(const void* block, size_t ahead) {
+  for (size_t l = 0; l < Bytes; l += 64) _mm_prefetch(static_cast<const char*>(block) + ahead + l, _MM_HINT_T0);
+}
+
 // int16 lane index vector: lanes 16k..16k+15 pick element first + k (k = 0, 1): the scale of a 64-element chunk
 // made of two 32-element sub-blocks, one per maddubs pair lane.
 __m512i PairIndex(int first) {
@@ -321,7 +330,9 @@ struct Q45KK {
     const __m512i low4 = _mm512_set1_epi8(0x0F);
     const __m512i nibble_shift = Join(_mm256_setzero_si256(), _mm256_set1_epi16(4));
     const __m512i idx[4] = {PairIndex(0), PairIndex(2), PairIndex(4), PairIndex(6)};
+    const size_t ahead = NX == 1 ? DecodePrefetchBytes() : 0;
     for (int64_t i = 0; i < n / 256; ++i) {
+      if (ahead != 0) PrefetchBlock<sizeof(Block)>(a + i, ahead);
       alignas(16) uint8_t sc[16], mn[16];
       UnpackKScales(a[i].scales, sc, mn);
       const __m128i sc8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc));
@@ -385,7 +396,9 @@ struct Q6KK {
       for (int l = 0; l < 32; ++l) lanes[l] = static_cast<int16_t>(4 * k + l / 8);
       idx[k] = _mm512_load_si512(lanes);
     }
+    const size_t ahead = NX == 1 ? DecodePrefetchBytes() : 0;
     for (int64_t i = 0; i < n / 256; ++i) {
+      if (ahead != 0) PrefetchBlock<sizeof(BlockQ6_K)>(a + i, ahead);
       const __m256i sc256 = _mm256_cvtepi8_epi16(Load128(a[i].scales));
       const __m512i sc16 = _mm512_castsi256_si512(sc256);
       __m512i sumi[NX];
@@ -418,6 +431,10 @@ struct Q6KK {
 };
 
 }  // namespace
+
+bool Avx512VecDotPrefetches(DType wtype) {
+  return wtype == DType::kQ4_K || wtype == DType::kQ5_K || wtype == DType::kQ6_K;
+}
 
 VecDotFn Avx512VecDot(DType wtype) {
   switch (wtype) {
