@@ -79,9 +79,9 @@ double PackedGflops(tandem::DType type, int64_t m, int64_t k, int64_t n, int rep
       return 0;
     }
   }
-  const tandem::cpu::WeightMatrix w{.type = type, .data = gguf.data(), .rows = n, .cols = k, .row_stride = row_bytes};
+  const tandem::WeightMatrix w{.type = type, .data = gguf.data(), .rows = n, .cols = k, .row_stride = row_bytes};
   std::vector<uint8_t> packed(tandem::cpu::PackedBytes(w));
-  const tandem::cpu::WeightMatrix pw = tandem::cpu::Repack(w, packed.data());
+  const tandem::WeightMatrix pw = tandem::cpu::Repack(w, packed.data());
   std::vector<float> x(static_cast<size_t>(m * k)), y(static_cast<size_t>(m * n));
   for (float& v : x) v = normal(rng);
   std::vector<uint8_t> scratch(tandem::cpu::MatMulScratchBytes(type, k, m));

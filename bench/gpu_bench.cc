@@ -1,6 +1,7 @@
 // GPU kernel benchmark. Measures the device's copy bandwidth (the ceiling for memory-bound kernels), pinned and
 // pageable host<->device bandwidth, the quantized matvec of every weight type as achieved GB/s of weight bytes
-// against that ceiling, the cuBLAS prefill path in GFLOP/s, and decode attention. Prints one table; the last
+// against that ceiling, the cuBLAS prefill path in GFLOP/s, decode attention, and an MoE layer's routing and
+// experts (Qwen3-30B-A3B's shape) from decode to prefill batches. Prints one table; the last
 // block, between "== summary ==" lines, is what tools/gpu-check.sh repeats.
 //
 // usage: gpu_bench [--quick]   (--quick: smaller matrices and fewer repetitions)
@@ -111,7 +112,7 @@ double MeasureCopyBandwidth(size_t bytes, int reps) {
 
 // A weight matrix of about `target` bytes on the device: a few MiB of random rows generated once and repeated.
 struct DeviceWeights {
-  cpu::WeightMatrix w;
+  WeightMatrix w;
   void* data = nullptr;
 };
 bool MakeWeights(Backend& gpu, DType t, int64_t cols, size_t target, DeviceWeights* out) {
@@ -159,6 +160,8 @@ int Run(bool quick) {
   spec.max_rows = 8192;
   spec.n_ctx = 32768;
   spec.n_head = 32;
+  spec.n_expert = 128;
+  spec.n_expert_used = 8;
   if (!Ok(gpu.ReserveWorkspace(spec), "reserve workspace")) return 1;
   report.Add("device", std::string(gpu.name()));
 
@@ -267,8 +270,8 @@ int Run(bool quick) {
       if (!k.ok() || !v.ok()) break;
       (void)cudaMemset(*k, 0, kv_bytes);
       (void)cudaMemset(*v, 0, kv_bytes);
-      const cpu::KvLayer kv{DType::kF16, *k, *v, ctx, row};
-      const cpu::AttentionParams p{n_head, n_head_kv, head_dim, 0.088f};
+      const KvLayer kv{DType::kF16, *k, *v, ctx, row};
+      const AttentionParams p{n_head, n_head_kv, head_dim, 0.088f};
       const double s = TimePerCall(gpu, Stream::kCompute, 3, quick ? 10 : 50, [&] {
         gpu.Attention(x, kv, 1, ctx - 1, p, y);
       });
@@ -278,6 +281,74 @@ int Run(bool quick) {
       gpu.Free(*v);
     }
   }
+  // ---- MoE: routing and experts, all on the device (Qwen3-30B-A3B: 128 experts, top 8, 2048 -> 768 -> 2048) ----
+  {
+    const int n_expert = 128, k = 8;
+    const int64_t n_embd = 2048, n_ff = 768;
+    const DType t = DType::kQ4_K;
+    DeviceWeights gate, up, down;
+    if (!MakeWeights(gpu, t, n_embd, RowBytes(t, n_embd) * n_ff * n_expert, &gate) ||
+        !MakeWeights(gpu, t, n_embd, RowBytes(t, n_embd) * n_ff * n_expert, &up) ||
+        !MakeWeights(gpu, t, n_ff, RowBytes(t, n_ff) * n_embd * n_expert, &down)) {
+      return 1;
+    }
+    std::vector<WeightMatrix> mats;
+    mats.reserve(3 * n_expert);
+    std::vector<ExpertMatrices> experts(n_expert);
+    for (int e = 0; e < n_expert; ++e) {
+      for (const DeviceWeights* dw : {&gate, &up, &down}) {
+        WeightMatrix m = dw->w;
+        m.rows = dw == &down ? n_embd : n_ff;
+        m.data = static_cast<const uint8_t*>(dw->w.data) + static_cast<size_t>(e) * m.rows * m.row_stride;
+        mats.push_back(m);
+      }
+      experts[e] = {&mats[3 * e], &mats[3 * e + 1], &mats[3 * e + 2]};
+    }
+    const int64_t max_tok = 512;
+    float* xm = DeviceNormals(gpu, static_cast<size_t>(max_tok * n_embd));
+    float* logits = DeviceNormals(gpu, static_cast<size_t>(max_tok * n_expert));
+    absl::StatusOr<void*> ids = gpu.Alloc(max_tok * k * sizeof(int32_t), "bench ids");
+    absl::StatusOr<void*> wts = gpu.Alloc(max_tok * k * sizeof(float), "bench weights");
+    absl::StatusOr<void*> xe = gpu.Alloc(max_tok * k * n_embd * sizeof(float), "bench xe");
+    absl::StatusOr<void*> g = gpu.Alloc(max_tok * k * n_ff * sizeof(float), "bench gate");
+    absl::StatusOr<void*> u = gpu.Alloc(max_tok * k * n_ff * sizeof(float), "bench up");
+    absl::StatusOr<void*> out = gpu.Alloc(max_tok * k * n_embd * sizeof(float), "bench out");
+    if (xm == nullptr || logits == nullptr || !ids.ok() || !wts.ok() || !xe.ok() || !g.ok() || !u.ok() || !out.ok()) {
+      return 1;
+    }
+    MoeRouteParams rp;
+    rp.n_expert = n_expert;
+    rp.k = k;
+    MoeExpertsArgs a;
+    a.experts = experts.data();
+    a.n_expert = n_expert;
+    a.x = xm;
+    a.ids = static_cast<const int32_t*>(*ids);
+    a.weights = static_cast<const float*>(*wts);
+    a.k = k;
+    a.out = static_cast<float*>(*out);
+    const double expert_bytes = static_cast<double>(gate.w.bytes() + up.w.bytes() + down.w.bytes()) / n_expert;
+    for (int64_t n_tok : {int64_t{1}, int64_t{8}, int64_t{64}, max_tok}) {
+      a.n_tok = n_tok;
+      a.buf = ExpertBuffers{static_cast<float*>(*xe), static_cast<float*>(*g), static_cast<float*>(*u), n_tok * k};
+      const double s = TimePerCall(gpu, Stream::kCompute, 2, quick ? 5 : 20, [&] {
+        gpu.MoeRoute(logits, n_tok, rp, static_cast<int32_t*>(*ids), static_cast<float*>(*wts));
+        gpu.MoeExperts(a);
+      });
+      // Weights read: the experts the batch touches, at least once (about all of them from 64 tokens on).
+      const double touched = std::min<double>(n_expert, static_cast<double>(n_tok * k)) * expert_bytes;
+      report.Add(absl::StrFormat("moe Q4_K x%lld (128 experts, top 8)", static_cast<long long>(n_tok)),
+                 s > 0 ? absl::StrFormat("%.1f us", s * 1e6) : "failed",
+                 s > 0 ? absl::StrFormat("%s of touched weights", Gbps(touched, s)) : "");
+    }
+    for (void* p : {*ids, *wts, *xe, *g, *u, *out}) gpu.Free(p);
+    gpu.Free(xm);
+    gpu.Free(logits);
+    gpu.Free(gate.data);
+    gpu.Free(up.data);
+    gpu.Free(down.data);
+  }
+
   report.Add("peak VRAM of this run", absl::StrFormat("%.0f MiB", gpu.peak_bytes() / 1048576.0),
              absl::StrFormat("capacity %.1f GiB", gpu.capacity() / 1073741824.0));
   report.Summary();

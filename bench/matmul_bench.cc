@@ -36,7 +36,7 @@
 namespace {
 
 using tandem::DType;
-using tandem::cpu::WeightMatrix;
+using tandem::WeightMatrix;
 
 double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -219,13 +219,13 @@ int main(int argc, char** argv) {
     for (int64_t n_tok : ntoks) {
       // Prefill-sized runs take long; fewer repetitions keep the whole table to minutes.
       const int n_reps = n_tok >= 256 ? std::max(1, reps / 3) : reps;
-      const WeightMatrix first{.type = *type, .data = copies[0].get(), .rows = rows, .cols = cols, .row_stride = row_bytes, .packed = pack};
+      const WeightMatrix first{.type = *type, .data = copies[0].get(), .rows = rows, .cols = cols, .row_stride = row_bytes, .layout = pack ? tandem::cpu::kPackedLayout : tandem::kGgufLayout};
       tandem::cpu::MatMul(first, x.data(), n_tok, y.data(), scratch.data());  // warm-up: threads, page tables
       std::vector<double> times, cpu_times, probes;
       for (int r = 0; r < n_reps; ++r) {
         probes.push_back(probe.Run(w_bytes));
         const double t0 = Now(), c0 = CpuNow();
-        const WeightMatrix m{.type = *type, .data = copies[(r + 1) % n_copies].get(), .rows = rows, .cols = cols, .row_stride = row_bytes, .packed = pack};
+        const WeightMatrix m{.type = *type, .data = copies[(r + 1) % n_copies].get(), .rows = rows, .cols = cols, .row_stride = row_bytes, .layout = pack ? tandem::cpu::kPackedLayout : tandem::kGgufLayout};
         tandem::cpu::MatMul(m, x.data(), n_tok, y.data(), scratch.data());
         cpu_times.push_back(CpuNow() - c0);
         times.push_back(Now() - t0);

@@ -1,4 +1,5 @@
-// Causal softmax attention over one layer's KV cache, with grouped-query heads.
+// Causal softmax attention over one layer's KV cache, with grouped-query heads, an optional sliding window, sinks
+// and logit soft-capping (runtime/ops.h's AttentionParams).
 //
 // Rounding follows llama.cpp's non-flash path: scores = (q.k) * scale in float, softmax with e^(s - max) in
 // float summed in double, then out = sum_j p_j v_j in float. With an F16 cache llama.cpp's matmuls convert
@@ -75,19 +76,26 @@ RowOps<Elem> PickRowOps() {
   return {DotPortable<Elem>, AxpyPortable<Elem>};
 }
 
-// scores[j] = softmax over j of (dots[j] * scale), in place; with an fp16 cache the probabilities are rounded
-// through fp16 as llama.cpp's p.v matmul does.
-void Softmax(float* scores, int64_t n, float scale, bool round_half) {
+// scores[j] = softmax over j of (dots[j] * scale), in place, with the options of AttentionParams: the dots capped
+// first (softcap), and the head's sink logit joining the normalisation. With an fp16 cache the probabilities are
+// rounded through fp16 as llama.cpp's p.v matmul does.
+void Softmax(float* scores, int64_t n, const AttentionParams& p, int head, bool round_half) {
   float max_score = -std::numeric_limits<float>::infinity();
+  const float scale = p.scale;
+  const float inv_cap = p.softcap > 0.0f ? 1.0f / p.softcap : 0.0f;  // llama.cpp scales by the reciprocal
   for (int64_t j = 0; j < n; ++j) {
+    if (p.softcap > 0.0f) scores[j] = p.softcap * std::tanh(scores[j] * inv_cap);
     scores[j] *= scale;
     max_score = std::max(max_score, scores[j]);
   }
+  const float sink = p.sinks != nullptr ? p.sinks[head] : -std::numeric_limits<float>::infinity();
+  max_score = std::max(max_score, sink);
   double sum = 0.0;
   for (int64_t j = 0; j < n; ++j) {
     scores[j] = std::exp(scores[j] - max_score);
     sum += scores[j];
   }
+  if (p.sinks != nullptr) sum += std::exp(sink - max_score);
   const float inv_sum = static_cast<float>(1.0 / sum);
   for (int64_t j = 0; j < n; ++j) {
     scores[j] *= inv_sum;
@@ -95,13 +103,19 @@ void Softmax(float* scores, int64_t n, float scale, bool round_half) {
   }
 }
 
+// The first cache row a query at position `pos` sees.
+inline int64_t FirstVisible(int64_t pos, const AttentionParams& p) {
+  return p.window > 0 ? std::max<int64_t>(0, pos - p.window + 1) : 0;
+}
+
 template <typename Elem>
-void AttendOneHead(const RowOps<Elem>& ops, const float* q, const KvLayer& kv, int kv_head, int64_t n_visible,
-                   const AttentionParams& p, float* scores, float* out) {
+void AttendOneHead(const RowOps<Elem>& ops, const float* q, const KvLayer& kv, int head, int kv_head, int64_t first,
+                   int64_t end, const AttentionParams& p, float* scores, float* out) {
   constexpr bool kHalf = std::is_same_v<Elem, f16_t>;
-  const int64_t offset = static_cast<int64_t>(kv_head) * p.head_dim;
+  const int64_t offset = first * kv.row_elems + static_cast<int64_t>(kv_head) * p.head_dim;
   const Elem* k_rows = static_cast<const Elem*>(kv.k) + offset;
   const Elem* v_rows = static_cast<const Elem*>(kv.v) + offset;
+  const int64_t n_visible = end - first;
 
   const float* q_used = q;
   if constexpr (kHalf) {
@@ -110,7 +124,7 @@ void AttendOneHead(const RowOps<Elem>& ops, const float* q, const KvLayer& kv, i
     q_used = out;
   }
   for (int64_t j = 0; j < n_visible; ++j) scores[j] = ops.dot(q_used, k_rows + j * kv.row_elems, p.head_dim);
-  Softmax(scores, n_visible, p.scale, kHalf);
+  Softmax(scores, n_visible, p, head, kHalf);
   for (int d = 0; d < p.head_dim; ++d) out[d] = 0.0f;
   for (int64_t j = 0; j < n_visible; ++j) ops.axpy(scores[j], v_rows + j * kv.row_elems, p.head_dim, out);
 }
@@ -131,7 +145,8 @@ void AttentionTyped(const float* q, const KvLayer& kv, int64_t n_tok, int64_t po
       const int64_t t = item / p.n_head;
       const int h = static_cast<int>(item % p.n_head);
       const int64_t offset = t * q_row + static_cast<int64_t>(h) * p.head_dim;
-      AttendOneHead<Elem>(ops, q + offset, kv, h / group, pos0 + t + 1, p, scores, out + offset);
+      const int64_t pos = pos0 + t;
+      AttendOneHead<Elem>(ops, q + offset, kv, h, h / group, FirstVisible(pos, p), pos + 1, p, scores, out + offset);
     }
   }
 }
@@ -154,15 +169,18 @@ void AttentionGroupedF16(const float* q, const KvLayer& kv, int64_t n_tok, int64
     for (int64_t item = 0; item < n_items; ++item) {
       const int64_t t = item / p.n_head_kv;
       const int kv_head = static_cast<int>(item % p.n_head_kv);
-      const int64_t n_visible = pos0 + t + 1;
+      const int64_t first = FirstVisible(pos0 + t, p);
+      const int64_t n_visible = pos0 + t + 1 - first;
       const int64_t offset = t * q_row + static_cast<int64_t>(kv_head) * group * p.head_dim;  // the group's heads
       float* o = out + offset;
       // The fp16-rounded queries live in the group's output slice until the weighted sums overwrite it.
       for (int64_t i = 0; i < static_cast<int64_t>(group) * p.head_dim; ++i) o[i] = RoundThroughHalf(q[offset + i]);
-      const size_t kv_offset = static_cast<size_t>(kv_head) * p.head_dim;
+      const size_t kv_offset = static_cast<size_t>(first) * row_elems + static_cast<size_t>(kv_head) * p.head_dim;
       attention_rows::DotsF16Avx512(o, group, p.head_dim, k_base + kv_offset, row_elems, n_visible, scores,
                                     score_stride);
-      for (int g = 0; g < group; ++g) Softmax(scores + g * score_stride, n_visible, p.scale, /*round_half=*/true);
+      for (int g = 0; g < group; ++g) {
+        Softmax(scores + g * score_stride, n_visible, p, kv_head * group + g, /*round_half=*/true);
+      }
       attention_rows::WeightedSumsF16Avx512(scores, score_stride, group, p.head_dim, v_base + kv_offset, row_elems,
                                             n_visible, o);
     }
@@ -211,27 +229,29 @@ void AttentionRef(const float* q, const KvLayer& kv, int64_t n_tok, int64_t pos0
 
   std::vector<double> scores(static_cast<size_t>(kv.n_ctx));
   for (int64_t t = 0; t < n_tok; ++t) {
-    const int64_t n_visible = pos0 + t + 1;
+    const int64_t pos = pos0 + t;
+    const int64_t first = p.window > 0 ? std::max<int64_t>(0, pos - p.window + 1) : 0;
     for (int h = 0; h < p.n_head; ++h) {
       const float* qh = q + t * q_row + static_cast<int64_t>(h) * p.head_dim;
       const int64_t kv_offset = static_cast<int64_t>(h / group) * p.head_dim;
-      double max_score = -std::numeric_limits<double>::infinity();
-      for (int64_t j = 0; j < n_visible; ++j) {
+      double max_score = p.sinks != nullptr ? p.sinks[h] : -std::numeric_limits<double>::infinity();
+      for (int64_t j = first; j <= pos; ++j) {
         double dot = 0.0;
         for (int d = 0; d < p.head_dim; ++d) dot += operand(qh[d]) * cache_value(kv.k, j, kv_offset + d);
+        if (p.softcap > 0.0f) dot = p.softcap * std::tanh(dot / p.softcap);
         scores[j] = dot * p.scale;
         max_score = std::max(max_score, scores[j]);
       }
-      double sum = 0.0;
-      for (int64_t j = 0; j < n_visible; ++j) {
+      double sum = p.sinks != nullptr ? std::exp(p.sinks[h] - max_score) : 0.0;
+      for (int64_t j = first; j <= pos; ++j) {
         scores[j] = std::exp(scores[j] - max_score);
         sum += scores[j];
       }
-      for (int64_t j = 0; j < n_visible; ++j) scores[j] = operand(scores[j] / sum);
+      for (int64_t j = first; j <= pos; ++j) scores[j] = operand(scores[j] / sum);
       float* oh = out + t * q_row + static_cast<int64_t>(h) * p.head_dim;
       for (int d = 0; d < p.head_dim; ++d) {
         double acc = 0.0;
-        for (int64_t j = 0; j < n_visible; ++j) acc += scores[j] * cache_value(kv.v, j, kv_offset + d);
+        for (int64_t j = first; j <= pos; ++j) acc += scores[j] * cache_value(kv.v, j, kv_offset + d);
         oh[d] = static_cast<float>(acc);
       }
     }

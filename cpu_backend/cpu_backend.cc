@@ -93,6 +93,15 @@ class CpuBackend final : public CpuBackendApi {
     TANDEM_ASSIGN_OR_RETURN(void* packed, Alloc(cpu::PackedBytes(m), Cat(what, " (repacked)")));
     return cpu::Repack(m, packed);
   }
+  void ReleaseMatMulWeights(const WeightMatrix& prepared) override {
+    if (!cpu::IsPacked(prepared)) return;  // the file's own rows: not ours
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      row_nodes_.erase(prepared.data);
+    }
+    // Our own allocation (Alloc above), found by its address.
+    Free(const_cast<void*>(prepared.data));
+  }
 
   absl::Status ReserveWorkspace(const WorkspaceSpec& spec) override {
     size_t matmul_bytes = 0;
@@ -106,8 +115,9 @@ class CpuBackend final : public CpuBackendApi {
       const auto one_token_jobs = static_cast<size_t>(std::clamp<int64_t>(spec.expert_rows, 1, cpu::kMaxBatchJobs / 2));
       matmul_bytes = std::max(matmul_bytes, one_token_jobs * cpu::MatMulScratchBytes(type, cols, 1));
     }
-    const int threads = std::max(spec.n_threads, omp_get_max_threads());
-    const size_t attention_bytes = cpu::AttentionScratchBytes(spec.n_ctx, spec.n_head, threads);
+    const size_t attention_bytes = cpu::AttentionScratchBytes(spec.n_ctx, spec.n_head, omp_get_max_threads());
+    const size_t grouping_bytes =
+        spec.n_expert > 0 ? cpu::MoeGroupingBytes(spec.max_tokens, spec.n_expert, spec.n_expert_used) : 0;
 
     ReleaseWorkspace();
     TANDEM_ASSIGN_OR_RETURN(matmul_scratch_, Alloc(matmul_bytes, "matmul workspace"));
@@ -119,6 +129,17 @@ class CpuBackend final : public CpuBackendApi {
     attention_scratch_ = *attention;
     matmul_scratch_bytes_ = matmul_bytes;
     attention_scratch_bytes_ = attention_bytes;
+    if (grouping_bytes > 0) {
+      auto grouping = Alloc(grouping_bytes, "MoE grouping workspace");
+      if (!grouping.ok()) {
+        ReleaseWorkspace();
+        return grouping.status();
+      }
+      grouping_scratch_ = *grouping;
+      groups_ = cpu::CarveExpertGroups(grouping_scratch_, spec.max_tokens, spec.n_expert, spec.n_expert_used);
+      grouping_max_pairs_ = spec.max_tokens * spec.n_expert_used;
+      grouping_n_expert_ = spec.n_expert;
+    }
     return absl::OkStatus();
   }
 
@@ -161,7 +182,7 @@ class CpuBackend final : public CpuBackendApi {
     cpu::MatMulJob jobs[cpu::kMaxBatchJobs];
     size_t n_jobs = 0, n_ranges = 0;
     for (const MatMulOutput& p : products) {
-      if (p.w->packed && n_jobs < cpu::kMaxBatchJobs) {
+      if (cpu::IsPacked(*p.w) && n_jobs < cpu::kMaxBatchJobs) {
         jobs[n_jobs] = Job(*p.w, x, n_tok, p.y);
         n_ranges += RangesOf(jobs[n_jobs++]);
       } else {
@@ -184,6 +205,9 @@ class CpuBackend final : public CpuBackendApi {
     std::lock_guard<std::mutex> lock(mu_);
     row_nodes_[data] = std::move(ranges);
   }
+  void AddBias(const float* x, const float* b, int64_t n_tok, int64_t n, float* y) override {
+    cpu::AddBias(x, b, n_tok, n, y);
+  }
   void Rope(float* x, int64_t n_tok, const int32_t* pos, const RopeParams& p) override { cpu::Rope(x, n_tok, pos, p); }
   void KvStore(const KvLayer& kv, const float* k, const float* v, int64_t n_tok, int64_t pos0) override {
     cpu::KvStore(kv, k, v, n_tok, pos0);
@@ -198,52 +222,50 @@ class CpuBackend final : public CpuBackendApi {
     }
     cpu::Attention(q, kv, n_tok, pos0, p, out, attention_scratch_);
   }
-  void SwiGlu(const float* g, const float* u, int64_t n, float* y) override { cpu::SwiGlu(g, u, n, y); }
+  void Glu(const float* g, const float* u, int64_t n, const GluParams& p, float* y) override {
+    cpu::Glu(g, u, n, p, y);
+  }
   void Add(const float* a, const float* b, int64_t n, float* y) override { cpu::Add(a, b, n, y); }
-  void Scale(const float* x, float s, int64_t n, float* y) override {
-    for (int64_t i = 0; i < n; ++i) y[i] = s * x[i];
-  }
-  void AddScaled(const float* x, float s, int64_t n, float* y) override {
-    for (int64_t i = 0; i < n; ++i) y[i] += s * x[i];
-  }
-  void MoeRoute(const float* logits, int64_t n_tok, int n_expert, int k, int32_t* ids_host,
-                float* weights_host) override {
-    cpu::MoeRoute(logits, n_tok, n_expert, k, ids_host, weights_host);
-  }
-  void GatherRows(const float* x, const int32_t* idx_host, int64_t n_idx, int64_t n, float* y) override {
-    for (int64_t i = 0; i < n_idx; ++i) {
-      std::memcpy(y + i * n, x + static_cast<int64_t>(idx_host[i]) * n, static_cast<size_t>(n) * sizeof(float));
+  void MoeRoute(const float* logits, int64_t n_tok, const MoeRouteParams& p, int32_t* ids, float* weights) override {
+    if (p.k < 1 || p.k > p.n_expert) {
+      SetError(InvalidArgument("CPU MoeRoute: top-", p.k, " of ", p.n_expert, " experts"));
+      return;
     }
-  }
-  void ScatterAddRows(const float* x, const int32_t* idx_host, const float* w_host, int64_t n_idx, int64_t n,
-                      float* y) override {
-    // In index order, so repeated indices accumulate deterministically.
-    for (int64_t i = 0; i < n_idx; ++i) AddScaled(x + i * n, w_host[i], n, y + static_cast<int64_t>(idx_host[i]) * n);
-  }
-  void ScatterRows(const float* x, const int32_t* idx_host, const float* w_host, int64_t n_idx, int64_t n,
-                   float* y) override {
-    for (int64_t i = 0; i < n_idx; ++i) Scale(x + i * n, w_host[i], n, y + static_cast<int64_t>(idx_host[i]) * n);
+    cpu::MoeRoute(logits, n_tok, p, ids, weights);
   }
 
-  // Experts with packed weights go through MatMulBatch: the gate and up products of every expert in one parallel
-  // region, then every down product in another, each thread taking its own node's experts first. A pass takes as
-  // many experts as the buffers and the workspace hold; the products equal the one-by-one path's, bit for bit.
-  void ExpertFfns(const ExpertFfnJob* jobs, size_t n_jobs, const float* x, int64_t n_embd, int64_t n_ff,
-                  const ExpertBuffers& buf, float* y) override {
-    const bool packed = std::all_of(jobs, jobs + n_jobs, [](const ExpertFfnJob& j) {
-      return j.gate->packed && j.up->packed && j.down->packed;
+  // The routed (token, slot) pairs grouped by expert, then every expert with tokens. Packed experts go through
+  // MatMulBatch: the gate and up products of every expert in one parallel region, then every down product in
+  // another, each thread taking its own node's experts first. A pass takes as many experts as the buffers and the
+  // workspace hold; the products equal the one-by-one path's, bit for bit. Other layouts go one by one.
+  void MoeExperts(const MoeExpertsArgs& a) override {
+    if (a.n_tok == 0) return;
+    if (grouping_scratch_ == nullptr || matmul_scratch_ == nullptr || a.n_tok * a.k > grouping_max_pairs_ ||
+        a.n_expert > grouping_n_expert_ || a.n_tok > a.buf.rows) {
+      SetError(FailedPrecondition("CPU MoeExperts: ", a.n_tok, " tokens of ", a.k, " of ", a.n_expert,
+                                  " experts exceed the workspace or buffers reserved"));
+      return;
+    }
+    cpu::GroupByExpert(a.ids, a.weights, a.n_tok, a.k, a.n_expert, groups_);
+    const bool packed = std::all_of(a.experts, a.experts + a.n_expert, [](const ExpertMatrices& m) {
+      return cpu::IsPacked(*m.gate) && cpu::IsPacked(*m.up) && cpu::IsPacked(*m.down);
     });
-    if (!packed || matmul_scratch_ == nullptr) return Backend::ExpertFfns(jobs, n_jobs, x, n_embd, n_ff, buf, y);
-    size_t e0 = 0;
-    while (e0 < n_jobs) {
-      const size_t n = ExpertPass(jobs + e0, n_jobs - e0, x, n_embd, n_ff, buf, y);
-      if (n == 0) {  // one expert alone does not fit: the one-by-one path reports what is missing
-        Backend::ExpertFfns(jobs + e0, 1, x, n_embd, n_ff, buf, y);
-        ++e0;
+    if (!packed) {
+      for (int e = 0; e < a.n_expert; ++e) {
+        if (!ExpertFitsScratch(a, e)) return;
       }
-      e0 += n;
+      cpu::MoeExpertsOneByOne(a, groups_, matmul_scratch_);
+      return;
+    }
+    int first = 0;  // the first expert not yet run
+    while (true) {
+      while (first < a.n_expert && groups_.expert_begin[first + 1] == groups_.expert_begin[first]) ++first;
+      if (first == a.n_expert) return;
+      first = ExpertPass(first, a);
     }
   }
+
+  void SetTraceLabel(std::string_view label) override { label_.assign(label.data(), label.size()); }
 
   absl::Status TakeError() override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -261,7 +283,9 @@ class CpuBackend final : public CpuBackendApi {
 
   void SetError(absl::Status status) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (error_.ok()) error_ = std::move(status);
+    if (!error_.ok()) return;
+    error_ = label_.empty() ? std::move(status)
+                            : absl::Status(status.code(), Cat(label_, ": ", status.message()));
   }
 
   // A matrix split across nodes is always computed node by node. One that lives whole on one node (an expert under
@@ -269,7 +293,7 @@ class CpuBackend final : public CpuBackendApi {
   // is bound by arithmetic and takes every thread. Null: no node preference.
   const std::vector<cpu::RowNodeRange>* NodeRanges(const WeightMatrix& w, int64_t n_tok) const {
     constexpr int64_t kLocalOnlyMaxTokens = 8;
-    if (thread_node_.empty() || !w.packed) return nullptr;
+    if (thread_node_.empty() || !cpu::IsPacked(w)) return nullptr;
     auto it = row_nodes_.find(w.data);  // written at load only, so read without the lock
     if (it == row_nodes_.end() || it->second.empty()) return nullptr;
     const std::vector<cpu::RowNodeRange>& ranges = it->second;
@@ -293,24 +317,50 @@ class CpuBackend final : public CpuBackendApi {
   }
   static size_t RangesOf(const cpu::MatMulJob& j) { return j.ranges == nullptr ? 1 : j.n_ranges; }
 
-  // One pass of ExpertFfns over the first experts that fit; returns how many it took (0: not even one).
-  size_t ExpertPass(const ExpertFfnJob* jobs, size_t n_jobs, const float* x, int64_t n_embd, int64_t n_ff,
-                    const ExpertBuffers& buf, float* y) {
+  // Whether the one-by-one path can run expert e: its pairs go through MatMul in chunks of up to buf.rows, and the
+  // workspace holds the products of max_tokens rows. The grouping admits n_tok * k pairs, which with a smaller k
+  // than reserved for can put more tokens on one expert than that: an error, not an overrun of the scratch.
+  bool ExpertFitsScratch(const MoeExpertsArgs& a, int e) {
+    const int64_t chunk = std::min(groups_.expert_begin[e + 1] - groups_.expert_begin[e], a.buf.rows);
+    if (chunk == 0) return true;
+    const ExpertMatrices& m = a.experts[e];
+    for (const WeightMatrix* w : {m.gate, m.up, m.down}) {
+      if (const size_t need = cpu::MatMulScratchBytes(w->type, w->cols, chunk); need > matmul_scratch_bytes_) {
+        SetError(FailedPrecondition("CPU MoeExperts: expert ", e, " takes ", chunk, " rows at once, which need ", need,
+                                    " bytes of matmul workspace; ", matmul_scratch_bytes_, " reserved"));
+        return false;
+      }
+    }
+    return true;
+  }
+
+  // One pass over the experts from `first` on that fit together (at least `first` itself, whose pairs fit the
+  // buffers); returns the expert to go on from.
+  int ExpertPass(int first, const MoeExpertsArgs& a) {
     constexpr size_t kMaxExperts = cpu::kMaxBatchJobs / 2;
+    const ExpertBuffers& buf = a.buf;
+    const int64_t n_embd = a.experts[first].gate->cols, n_ff = a.experts[first].gate->rows;
     cpu::MatMulJob gate_up[cpu::kMaxBatchJobs], down[kMaxExperts];
+    int ids[kMaxExperts];
     int64_t row0[kMaxExperts], x_row[kMaxExperts];  // expert e's rows of gate, up and its output; of its input
     size_t n = 0, gate_up_ranges = 0, down_ranges = 0;
     int64_t rows = 0;
-    for (; n < std::min(n_jobs, kMaxExperts); ++n) {
-      const ExpertFfnJob& j = jobs[n];
-      if (rows + j.m > buf.rows) break;
+    int e = first;
+    for (; e < a.n_expert && n < kMaxExperts; ++e) {
+      const int64_t begin = groups_.expert_begin[e], count = groups_.expert_begin[e + 1] - begin;
+      if (count == 0) continue;
+      const ExpertMatrices& m = a.experts[e];
+      if (rows + count > buf.rows) break;
       // A decode step's experts all take the one token: they read the first one's gathered row, so MatMulBatch
-      // quantizes it once (its jobs share the tiles of equal inputs side by side).
-      const bool same_token = n > 0 && j.m == 1 && jobs[n - 1].m == 1 && j.rows[0] == jobs[n - 1].rows[0];
+      // quantizes it once (its jobs share the tiles of equal inputs side by side). Not when the routing weight
+      // scales the input, which makes each expert's input its own.
+      const bool same_token = !a.weight_input && n > 0 && count == 1 &&
+                              groups_.expert_begin[ids[n - 1] + 1] - groups_.expert_begin[ids[n - 1]] == 1 &&
+                              groups_.rows[begin] == groups_.rows[groups_.expert_begin[ids[n - 1]]];
       x_row[n] = same_token ? x_row[n - 1] : rows;
-      gate_up[2 * n] = Job(*j.gate, buf.xe + x_row[n] * n_embd, j.m, buf.gate + rows * n_ff);
-      gate_up[2 * n + 1] = Job(*j.up, buf.xe + x_row[n] * n_embd, j.m, buf.up + rows * n_ff);
-      down[n] = Job(*j.down, buf.gate + rows * n_ff, j.m, buf.xe + rows * n_embd);
+      gate_up[2 * n] = Job(*m.gate, buf.xe + x_row[n] * n_embd, count, buf.gate + rows * n_ff);
+      gate_up[2 * n + 1] = Job(*m.up, buf.xe + x_row[n] * n_embd, count, buf.up + rows * n_ff);
+      down[n] = Job(*m.down, buf.gate + rows * n_ff, count, buf.xe + rows * n_embd);
       const size_t gu = gate_up_ranges + RangesOf(gate_up[2 * n]) + RangesOf(gate_up[2 * n + 1]);
       const size_t dn = down_ranges + RangesOf(down[n]);
       if (gu > cpu::kMaxBatchRanges || dn > cpu::kMaxBatchRanges ||
@@ -320,28 +370,49 @@ class CpuBackend final : public CpuBackendApi {
       }
       gate_up_ranges = gu;
       down_ranges = dn;
+      ids[n] = e;
       row0[n] = rows;
-      rows += j.m;
+      rows += count;
+      ++n;
     }
-    if (n == 0) return 0;
+    if (n == 0) {  // the first expert alone does not fit the workspace: it runs one product at a time
+      if (!ExpertFitsScratch(a, first)) return a.n_expert;  // nor that: give up on the call
+      MoeExpertsArgs one = a;
+      one.experts = a.experts + first;
+      one.n_expert = 1;
+      cpu::ExpertGroups g = groups_;
+      g.expert_begin += first;
+      cpu::MoeExpertsOneByOne(one, g, matmul_scratch_);
+      return first + 1;
+    }
     const int* nodes = thread_node_.empty() ? nullptr : thread_node_.data();
-    for (size_t e = 0; e < n; ++e) {
-      if (x_row[e] == row0[e]) GatherRows(x, jobs[e].rows, jobs[e].m, n_embd, buf.xe + row0[e] * n_embd);
+    for (size_t i = 0; i < n; ++i) {
+      const int64_t begin = groups_.expert_begin[ids[i]], end = groups_.expert_begin[ids[i] + 1];
+      if (x_row[i] == row0[i]) cpu::GatherExpertInputs(a, groups_, begin, end, buf.xe + row0[i] * n_embd);
     }
     cpu::MatMulBatch(gate_up, 2 * n, matmul_scratch_, nodes, thread_node_.size());
-    cpu::SwiGlu(buf.gate, buf.up, rows * n_ff, buf.gate);
-    cpu::MatMulBatch(down, n, matmul_scratch_, nodes, thread_node_.size());
-    for (size_t e = 0; e < n; ++e) {
-      ScatterRows(buf.xe + row0[e] * n_embd, jobs[e].slot_rows, jobs[e].weights, jobs[e].m, n_embd, y);
+    for (size_t i = 0; i < n; ++i) {
+      const int64_t count = groups_.expert_begin[ids[i] + 1] - groups_.expert_begin[ids[i]];
+      cpu::AddExpertGateUpBiases(a.experts[ids[i]], count, buf.gate + row0[i] * n_ff, buf.up + row0[i] * n_ff);
     }
-    return n;
+    cpu::Glu(buf.gate, buf.up, rows * n_ff, a.act, buf.gate);
+    cpu::MatMulBatch(down, n, matmul_scratch_, nodes, thread_node_.size());
+    for (size_t i = 0; i < n; ++i) {
+      const int64_t begin = groups_.expert_begin[ids[i]], end = groups_.expert_begin[ids[i] + 1];
+      cpu::ScatterExpertOutputs(a, a.experts[ids[i]], groups_, begin, end, buf.xe + row0[i] * n_embd);
+    }
+    return e;
   }
 
   void ReleaseWorkspace() {
     Free(matmul_scratch_);
     Free(attention_scratch_);
-    matmul_scratch_ = attention_scratch_ = nullptr;
+    Free(grouping_scratch_);
+    matmul_scratch_ = attention_scratch_ = grouping_scratch_ = nullptr;
     matmul_scratch_bytes_ = attention_scratch_bytes_ = 0;
+    groups_ = {};
+    grouping_max_pairs_ = 0;
+    grouping_n_expert_ = 0;
   }
 
   const size_t capacity_;
@@ -361,6 +432,11 @@ class CpuBackend final : public CpuBackendApi {
   size_t matmul_scratch_bytes_ = 0;
   void* attention_scratch_ = nullptr;
   size_t attention_scratch_bytes_ = 0;
+  void* grouping_scratch_ = nullptr;  // MoeExperts' grouping of (token, slot) pairs by expert
+  cpu::ExpertGroups groups_;
+  int64_t grouping_max_pairs_ = 0;
+  int grouping_n_expert_ = 0;
+  std::string label_;  // the trace label, for error messages
 };
 
 }  // namespace

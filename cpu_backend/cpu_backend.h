@@ -7,7 +7,8 @@
 #include <memory>
 #include <vector>
 
-#include "graph/backend.h"
+#include "cpu_backend/kernels.h"
+#include "runtime/backend.h"
 
 namespace tandem {
 
@@ -29,6 +30,8 @@ bool ResolveRepack(Repack r);
 // thread computes the rows in its own node's memory (cpu::MatMulAffinity).
 class CpuBackendApi : public Backend {
  public:
+  // Bytes Alloc has handed out and not taken back (for tests of the accounting).
+  virtual size_t bytes_in_use() const = 0;
   // OpenMP thread i runs on NUMA node thread_node[i] (the pinned workers of graph/numa_plan.h).
   virtual void SetThreadNodes(std::vector<int> thread_node) = 0;
   // The row groups of the repacked matrix at `data` (as returned by PrepareMatMulWeights) and their nodes.

@@ -8,20 +8,15 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "runtime/ops.h"
+#include "runtime/tensor.h"
 
 namespace tandem::cpu {
 
-// A weight matrix as stored in GGUF: `rows` output rows, each of `cols` elements (ggml ne0 = cols,
-// ne1 = rows), in `type` blocks; row r starts at data + r * row_stride bytes.
-struct WeightMatrix {
-  DType type = DType::kF32;
-  const void* data = nullptr;
-  int64_t rows = 0;        // outputs
-  int64_t cols = 0;        // inputs (contiguous)
-  size_t row_stride = 0;   // bytes between rows (RowBytes(type, cols) when packed)
-  // CPU only: the data is the 16-row interleaved copy of cpu_backend/repack.h, not GGUF rows (row_stride unused).
-  bool packed = false;
-};
+// The CPU's own weight layout (Backend::PrepareMatMulWeights): the 16-row interleaved copy of repack.h. Only the
+// CPU backend reads or frees it.
+inline constexpr WeightLayout kPackedLayout = 1;
+inline bool IsPacked(const WeightMatrix& w) { return w.layout == kPackedLayout; }
 
 // ---- matmul.cc: y[t][r] = dot(W[r], x[t]) ----
 // x is quantized to VecDotType(w.type) first, exactly as llama.cpp does, into `scratch`.
@@ -43,7 +38,7 @@ struct MatMulAffinity {
 // only), a thread takes row groups on its own node first. Results do not depend on who computes what.
 void MatMul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y, void* scratch,
             const MatMulAffinity* affinity = nullptr);
-// ---- matmul_batch.cc: several products of repacked weights (WeightMatrix::packed) in one parallel region ----
+// ---- matmul_batch.cc: several products of repacked weights (kPackedLayout) in one parallel region ----
 // Each job has its own activations, output and node ranges. All x are quantized first (once for consecutive jobs
 // that share x), then the row groups of every job are shared out: a thread takes those of its own node
 // (thread_node[i] is OpenMP thread i's; may be null) and of no node first, then those of nodes without threads.
@@ -88,52 +83,58 @@ void GetRows(const WeightMatrix& table, const int32_t* ids, int64_t n_tok, float
 void RmsNorm(const float* x, const float* w, int64_t n_tok, int64_t n, float eps, float* y);
 void RmsNormRef(const float* x, const float* w, int64_t n_tok, int64_t n, float eps, float* y);
 
-// ---- rope.cc: in place, llama.cpp "NORM" mode: adjacent pairs (2i, 2i+1) of the first n_rot dims of each
-// head rotate by theta = pos * freq_scale * freq_base^(-2i/n_rot). x is [n_tok][n_head * head_dim]. ----
-struct RopeParams {
-  int n_head = 0;
-  int head_dim = 0;
-  int n_rot = 0;
-  float freq_base = 10000.0f;
-  float freq_scale = 1.0f;
-};
+// ---- rope.cc: in place, the math of runtime/ops.h's RopeParams. x is [n_tok][n_head * head_dim]. ----
 void Rope(float* x, int64_t n_tok, const int32_t* pos, const RopeParams& p);
 void RopeRef(float* x, int64_t n_tok, const int32_t* pos, const RopeParams& p);
 
 // ---- kv_cache.cc / attention.cc ----
-// One layer's cache: K and V each [n_ctx][row_elems] in F32 or F16, row_elems = n_head_kv * head_dim.
-struct KvLayer {
-  DType type = DType::kF16;
-  void* k = nullptr;
-  void* v = nullptr;
-  int64_t n_ctx = 0;
-  int64_t row_elems = 0;
-};
 // Writes rows pos0..pos0+n_tok-1 from k and v ([n_tok][row_elems] each).
 void KvStore(const KvLayer& kv, const float* k, const float* v, int64_t n_tok, int64_t pos0);
 
-struct AttentionParams {
-  int n_head = 0;
-  int n_head_kv = 0;  // query head h reads KV head h / (n_head / n_head_kv)
-  int head_dim = 0;
-  float scale = 0.0f;  // 1/sqrt(head_dim)
-};
-// Causal: query t (at position pos0 + t) attends to cache rows 0..pos0+t. q is [n_tok][n_head*head_dim],
-// out likewise. scratch holds AttentionScratchBytes floats' bytes for the scores.
+// The math of runtime/ops.h's AttentionParams. q is [n_tok][n_head*head_dim], out likewise. scratch holds
+// AttentionScratchBytes bytes for the scores.
 size_t AttentionScratchBytes(int64_t n_ctx, int n_head, int n_threads);
 void Attention(const float* q, const KvLayer& kv, int64_t n_tok, int64_t pos0, const AttentionParams& p,
                float* out, void* scratch);
 void AttentionRef(const float* q, const KvLayer& kv, int64_t n_tok, int64_t pos0, const AttentionParams& p,
                   float* out);
 
-// ---- swiglu.cc: y = silu(g) * u, elementwise over n values ----
-void SwiGlu(const float* g, const float* u, int64_t n, float* y);
-// ---- add.cc: y = a + b over n values (y may alias a) ----
+// ---- glu.cc: y = act(g) * u elementwise over n values (runtime/ops.h's GluParams; u may be null) ----
+void Glu(const float* g, const float* u, int64_t n, const GluParams& p, float* y);
+void GluRef(const float* g, const float* u, int64_t n, const GluParams& p, float* y);
+// ---- add.cc: y = a + b over n values (y may alias a); y[t] = x[t] + b for each of n_tok rows of n ----
 void Add(const float* a, const float* b, int64_t n, float* y);
+void AddBias(const float* x, const float* b, int64_t n_tok, int64_t n, float* y);
 
-// ---- moe_route.cc: softmax over the router logits, top-k by probability (ties to the lower id),
-// the k weights renormalized to sum to 1. logits [n_tok][n_expert] -> ids, weights [n_tok][k]. ----
-void MoeRoute(const float* logits, int64_t n_tok, int n_expert, int k, int32_t* ids, float* weights);
-void MoeRouteRef(const float* logits, int64_t n_tok, int n_expert, int k, int32_t* ids, float* weights);
+// ---- moe_route.cc: the routing of runtime/ops.h's MoeRouteParams. logits [n_tok][n_expert] -> ids, weights
+// [n_tok][k]. ----
+void MoeRoute(const float* logits, int64_t n_tok, const MoeRouteParams& p, int32_t* ids, float* weights);
+void MoeRouteRef(const float* logits, int64_t n_tok, const MoeRouteParams& p, int32_t* ids, float* weights);
+
+// ---- moe_experts.cc: the (token, slot) pairs grouped by expert, then each expert's FFN ----
+// Which tokens each expert takes: a counting sort of ids [n_tok][k], tokens in order within an expert. Buffers are
+// sized by MoeGroupingBytes and carved by the caller; nothing is allocated.
+struct ExpertGroups {
+  int32_t* rows = nullptr;          // [n_tok * k] token rows, grouped by expert
+  int32_t* slot_rows = nullptr;     // [n_tok * k] their rows in the output (slot * n_tok + token)
+  float* row_weights = nullptr;     // [n_tok * k] their routing weights
+  int64_t* expert_begin = nullptr;  // [n_expert + 1] expert e's entries are [expert_begin[e], expert_begin[e + 1])
+};
+size_t MoeGroupingBytes(int64_t max_tokens, int n_expert, int k);
+ExpertGroups CarveExpertGroups(void* block, int64_t max_tokens, int n_expert, int k);
+void GroupByExpert(const int32_t* ids, const float* weights, int64_t n_tok, int k, int n_expert, ExpertGroups& g);
+// Pieces of one expert's FFN over its grouped pairs [begin, end), shared by the CPU backend and the simulated GPU.
+// xe[i] = x[rows[i]], times the routing weight when it applies to the input.
+void GatherExpertInputs(const MoeExpertsArgs& a, const ExpertGroups& g, int64_t begin, int64_t end, float* xe);
+void AddExpertGateUpBiases(const ExpertMatrices& m, int64_t n, float* gate, float* up);
+// out[slot_rows[i]] = w_i * (y[i] + down_bias) (w_i = 1 when the weight applied to the input); y gets the bias.
+void ScatterExpertOutputs(const MoeExpertsArgs& a, const ExpertMatrices& m, const ExpertGroups& g, int64_t begin,
+                          int64_t end, float* y);
+// Every expert with pairs, one after another through MatMul with `matmul_scratch` (MatMulScratchBytes for
+// buf.rows tokens), in passes of buf.rows pairs: the path for any weight layout.
+void MoeExpertsOneByOne(const MoeExpertsArgs& a, const ExpertGroups& g, void* matmul_scratch);
+// The naive reference of MoeExpertsArgs' math: every (token, slot) on its own, dequantized weights, double sums
+// (activations rounded as MatMulRef rounds them).
+void MoeExpertsRef(const MoeExpertsArgs& a);
 
 }  // namespace tandem::cpu

@@ -148,7 +148,7 @@ size_t MatMulScratchBytes(DType wtype, int64_t cols, int64_t n_tok) {
   size_t bytes = ActRowStride(wtype, cols) * static_cast<size_t>(n_tok);
   if (internal::PackedBlockBytes(wtype) > 0) {
     // Any count up to n_tok: one token keeps a tile per thread, which a few tokens' shared tiles may not cover.
-    const WeightMatrix w{.type = wtype, .rows = kPackRows, .cols = cols, .packed = true};
+    const WeightMatrix w{.type = wtype, .rows = kPackRows, .cols = cols, .layout = kPackedLayout};
     for (int64_t t : {int64_t{1}, n_tok}) {
       const MatMulJob job{.w = &w, .n_tok = t};
       if (t > 0) bytes = std::max(bytes, MatMulBatchScratchBytes(&job, 1));
@@ -178,7 +178,7 @@ void MatMul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y, void
   const size_t w_stride = w.row_stride == 0 ? row_bytes : w.row_stride;
   TANDEM_CHECK(w_stride >= row_bytes);
   if (w.rows == 0 || n_tok == 0) return;
-  if (w.packed) {
+  if (IsPacked(w)) {
     const MatMulJob job{.w = &w, .x = x, .n_tok = n_tok, .y = y,
                         .ranges = affinity == nullptr ? nullptr : affinity->ranges,
                         .n_ranges = affinity == nullptr ? 0 : affinity->n_ranges};

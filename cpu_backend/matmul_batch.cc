@@ -84,7 +84,7 @@ void MatMulBatch(const MatMulJob* jobs, size_t n_jobs, void* scratch, const int*
   for (size_t i = 0; i < n_jobs; ++i) {
     const MatMulJob& j = jobs[i];
     const WeightMatrix& w = *j.w;
-    TANDEM_CHECK(w.packed && w.rows % kPackRows == 0 && j.n_tok > 0 && scratch != nullptr);
+    TANDEM_CHECK(IsPacked(w) && w.rows % kPackRows == 0 && j.n_tok > 0 && scratch != nullptr);
     JobPlan& p = plan[i];
     p.kernel = isa == Isa::kAvx512 ? internal::Avx512PackedKernel(w.type) : nullptr;
     if (p.kernel == nullptr) p.kernel = internal::ScalarPackedKernel(w.type);

@@ -1,5 +1,5 @@
-// MoE router: softmax over each token's expert logits, the k most probable experts (descending probability,
-// ties to the lower id), and their probabilities renormalized to sum to 1.
+// MoE router (runtime/ops.h's MoeRouteParams): scores per expert, the k best (descending, ties to the lower id),
+// their weights, optionally renormalized and scaled.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -16,6 +16,9 @@ template <typename T>
 bool RanksBefore(T pa, int a, T pb, int b) {
   return pa > pb || (pa == pb && a < b);
 }
+
+// llama.cpp clamps the sum it normalizes by from below (2^-14, an fp16 normal) so near-zero sigmoid scores stay finite.
+constexpr float kMinWeightSum = 6.103515625e-5f;
 
 inline int FirstUnpicked(const int32_t* ids, int n_picked) {
   for (int e = 0;; ++e) {
@@ -45,46 +48,96 @@ void TopK(int n_expert, int k, ProbOf prob_of, int32_t* ids, T* picked_probs) {
 
 }  // namespace
 
-void MoeRoute(const float* logits, int64_t n_tok, int n_expert, int k, int32_t* ids, float* weights) {
+void MoeRoute(const float* logits, int64_t n_tok, const MoeRouteParams& p, int32_t* ids, float* weights) {
+  const int n_expert = p.n_expert, k = p.k;
   TANDEM_CHECK(k >= 1 && k <= n_expert);
   for (int64_t t = 0; t < n_tok; ++t) {
     const float* row = logits + t * n_expert;
-    // Softmax as llama.cpp rounds it: e^(x - max) in float, summed in double, scaled by a float 1/sum.
-    float max_logit = -std::numeric_limits<float>::infinity();
-    for (int e = 0; e < n_expert; ++e) max_logit = std::max(max_logit, row[e]);
-    double sum = 0.0;
-    for (int e = 0; e < n_expert; ++e) sum += std::exp(row[e] - max_logit);
-    const float inv_sum = static_cast<float>(1.0 / sum);
-    // Recomputing a probability gives the same float every time, so no per-expert buffer is needed.
-    auto prob_of = [&](int e) { return std::exp(row[e] - max_logit) * inv_sum; };
-
     int32_t* ids_t = ids + t * k;
     float* w_t = weights + t * k;
-    TopK<float>(n_expert, k, prob_of, ids_t, w_t);
-    double picked_sum = 0.0;
-    for (int i = 0; i < k; ++i) picked_sum += w_t[i];
-    const float norm = static_cast<float>(picked_sum);
-    for (int i = 0; i < k; ++i) w_t[i] /= norm;
+    // Recomputing a score gives the same float every time, so no per-expert buffer is needed.
+    float max_logit = -std::numeric_limits<float>::infinity();
+    float inv_sum = 1.0f;
+    if (p.gating == MoeGating::kSoftmax) {
+      // Softmax as llama.cpp rounds it: e^(x - max) in float, summed in double, scaled by a float 1/sum.
+      for (int e = 0; e < n_expert; ++e) max_logit = std::max(max_logit, row[e]);
+      double sum = 0.0;
+      for (int e = 0; e < n_expert; ++e) sum += std::exp(row[e] - max_logit);
+      inv_sum = static_cast<float>(1.0 / sum);
+    }
+    auto prob_of = [&](int e) -> float {
+      switch (p.gating) {
+        case MoeGating::kSoftmax: return std::exp(row[e] - max_logit) * inv_sum;
+        case MoeGating::kSigmoid: return 1.0f / (1.0f + std::exp(-row[e]));
+        case MoeGating::kSoftmaxTopK: return row[e];
+      }
+      return 0.0f;
+    };
+    if (p.selection_bias == nullptr) {
+      TopK<float>(n_expert, k, prob_of, ids_t, w_t);
+    } else {
+      TopK<float>(n_expert, k, [&](int e) { return prob_of(e) + p.selection_bias[e]; }, ids_t, w_t);
+      for (int i = 0; i < k; ++i) w_t[i] = prob_of(ids_t[i]);  // the bias ranks; the weight is the score's
+    }
+    if (p.gating == MoeGating::kSoftmaxTopK) {  // softmax over the chosen logits
+      float m = -std::numeric_limits<float>::infinity();
+      for (int i = 0; i < k; ++i) m = std::max(m, w_t[i]);
+      double sum = 0.0;
+      for (int i = 0; i < k; ++i) {
+        w_t[i] = std::exp(w_t[i] - m);
+        sum += w_t[i];
+      }
+      const float inv = static_cast<float>(1.0 / sum);
+      for (int i = 0; i < k; ++i) w_t[i] *= inv;
+    }
+    if (p.normalize) {
+      double picked_sum = 0.0;
+      for (int i = 0; i < k; ++i) picked_sum += w_t[i];
+      const float norm = std::max(static_cast<float>(picked_sum), kMinWeightSum);
+      for (int i = 0; i < k; ++i) w_t[i] /= norm;
+    }
+    if (p.scale != 1.0f) {
+      for (int i = 0; i < k; ++i) w_t[i] *= p.scale;
+    }
   }
 }
 
-void MoeRouteRef(const float* logits, int64_t n_tok, int n_expert, int k, int32_t* ids, float* weights) {
-  std::vector<double> probs(static_cast<size_t>(n_expert));
+void MoeRouteRef(const float* logits, int64_t n_tok, const MoeRouteParams& p, int32_t* ids, float* weights) {
+  const int n_expert = p.n_expert, k = p.k;
+  std::vector<double> probs(static_cast<size_t>(n_expert)), rank(static_cast<size_t>(n_expert));
   std::vector<double> picked(static_cast<size_t>(k));
   for (int64_t t = 0; t < n_tok; ++t) {
     const float* row = logits + t * n_expert;
-    double max_logit = -std::numeric_limits<double>::infinity();
-    for (int e = 0; e < n_expert; ++e) max_logit = std::max(max_logit, static_cast<double>(row[e]));
-    double sum = 0.0;
-    for (int e = 0; e < n_expert; ++e) {
-      probs[e] = std::exp(row[e] - max_logit);
-      sum += probs[e];
+    if (p.gating == MoeGating::kSoftmax) {
+      double max_logit = -std::numeric_limits<double>::infinity();
+      for (int e = 0; e < n_expert; ++e) max_logit = std::max(max_logit, static_cast<double>(row[e]));
+      double sum = 0.0;
+      for (int e = 0; e < n_expert; ++e) {
+        probs[e] = std::exp(row[e] - max_logit);
+        sum += probs[e];
+      }
+      for (int e = 0; e < n_expert; ++e) probs[e] /= sum;
+    } else {
+      for (int e = 0; e < n_expert; ++e) {
+        probs[e] = p.gating == MoeGating::kSigmoid ? 1.0 / (1.0 + std::exp(-static_cast<double>(row[e]))) : row[e];
+      }
     }
-    for (int e = 0; e < n_expert; ++e) probs[e] /= sum;
-    TopK<double>(n_expert, k, [&](int e) { return probs[e]; }, ids + t * k, picked.data());
-    double picked_sum = 0.0;
-    for (int i = 0; i < k; ++i) picked_sum += picked[i];
-    for (int i = 0; i < k; ++i) weights[t * k + i] = static_cast<float>(picked[i] / picked_sum);
+    for (int e = 0; e < n_expert; ++e) rank[e] = probs[e] + (p.selection_bias ? p.selection_bias[e] : 0.0);
+    TopK<double>(n_expert, k, [&](int e) { return rank[e]; }, ids + t * k, picked.data());
+    for (int i = 0; i < k; ++i) picked[i] = probs[ids[t * k + i]];
+    if (p.gating == MoeGating::kSoftmaxTopK) {
+      double m = -std::numeric_limits<double>::infinity(), sum = 0.0;
+      for (int i = 0; i < k; ++i) m = std::max(m, picked[i]);
+      for (int i = 0; i < k; ++i) sum += (picked[i] = std::exp(picked[i] - m));
+      for (int i = 0; i < k; ++i) picked[i] /= sum;
+    }
+    if (p.normalize) {
+      double picked_sum = 0.0;
+      for (int i = 0; i < k; ++i) picked_sum += picked[i];
+      picked_sum = std::max(picked_sum, static_cast<double>(kMinWeightSum));
+      for (int i = 0; i < k; ++i) picked[i] /= picked_sum;
+    }
+    for (int i = 0; i < k; ++i) weights[t * k + i] = static_cast<float>(picked[i] * p.scale);
   }
 }
 

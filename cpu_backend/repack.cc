@@ -153,7 +153,7 @@ void QuantizePackedAct(DType wtype, const float* x, int64_t n, uint8_t* tile, in
 }  // namespace internal
 
 bool CanRepack(const WeightMatrix& w) {
-  return !w.packed && internal::PackedBlockBytes(w.type) > 0 && w.rows % kPackRows == 0 && w.rows > 0 &&
+  return !IsPacked(w) && internal::PackedBlockBytes(w.type) > 0 && w.rows % kPackRows == 0 && w.rows > 0 &&
          w.cols % Traits(w.type).block_elems == 0;
 }
 
@@ -186,7 +186,7 @@ WeightMatrix Repack(const WeightMatrix& w, void* dst) {
   WeightMatrix packed = w;
   packed.data = dst;
   packed.row_stride = 0;
-  packed.packed = true;
+  packed.layout = kPackedLayout;
   return packed;
 }
 

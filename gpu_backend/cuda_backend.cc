@@ -8,6 +8,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <array>
 #include <climits>
 #include <cmath>
 #include <memory>
@@ -30,13 +31,14 @@ namespace gpu {
 namespace {
 
 constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;  // what cuBLAS recommends for Hopper
-constexpr size_t kRouteCapacity = 4096;                      // ids/weights entries per MoeRoute slice
 constexpr int64_t kAttentionSplitTokens = 4;                 // batches up to this size may split keys
 constexpr int64_t kAttentionMaxSplit = 32;
 constexpr size_t kMaxTileElems = size_t{32} << 20;  // 64 MiB of f16 weights per cuBLAS tile
 constexpr size_t kMaxX16Elems = size_t{64} << 20;
 constexpr int kDefaultQuantMatVecTokens = 32;
 constexpr int kDefaultFloatMatVecTokens = 8;
+// MoeExperts' passes: the caller's buffer rows, and no more than a grid's y dimension of tiles.
+constexpr int64_t kMoeMaxPassPairs = 65535;
 
 // The budget when none is given: all free memory less headroom for the driver, cuBLAS and kernel stacks.
 size_t DefaultCapacity(size_t free_bytes) {
@@ -88,17 +90,7 @@ class CudaBackend final : public Backend {
   std::string_view name() const override { return name_; }
   bool host_memory() const override { return false; }
 
-  bool Supports(Op op, DType weight_type) const override {
-    switch (op) {
-      case Op::kGetRows:
-      case Op::kMatMul:
-        return IsPlainFloat(weight_type) || IsQuantized(weight_type);
-      case Op::kRmsNorm:
-        return weight_type == DType::kF32;
-      default:
-        return true;  // ops without weights of their own
-    }
-  }
+  bool Supports(Op op, DType weight_type) const override { return CudaSupports(op, weight_type); }
 
   // ---- Memory ----
   absl::StatusOr<void*> Alloc(size_t bytes, std::string_view what) override {
@@ -110,7 +102,6 @@ class CudaBackend final : public Backend {
     Fail(pool_->Free(p));
   }
   size_t capacity() const override { return pool_->capacity(); }
-  size_t bytes_in_use() const override { return pool_->bytes_in_use(); }
   size_t peak_bytes() const override { return pool_->peak_bytes(); }
 
   absl::StatusOr<void*> AllocHostPinned(size_t bytes) override {
@@ -178,28 +169,17 @@ class CudaBackend final : public Backend {
   void KvStore(const KvLayer& kv, const float* k, const float* v, int64_t n_tok, int64_t pos0) override;
   void Attention(const float* q, const KvLayer& kv, int64_t n_tok, int64_t pos0, const AttentionParams& p,
                  float* out) override;
-  void SwiGlu(const float* g, const float* u, int64_t n, float* y) override {
-    if (Elementwise("SwiGlu", n, {g, u, y})) Check(LaunchSwiGlu(g, u, n, y, compute()), "SwiGlu launch");
-  }
+  void AddBias(const float* x, const float* b, int64_t n_tok, int64_t n, float* y) override;
+  void Glu(const float* g, const float* u, int64_t n, const GluParams& p, float* y) override;
   void Add(const float* a, const float* b, int64_t n, float* y) override {
     if (Elementwise("Add", n, {a, b, y})) Check(LaunchAdd(a, b, n, y, compute()), "Add launch");
   }
-  void Scale(const float* x, float s, int64_t n, float* y) override {
-    if (Elementwise("Scale", n, {x, y})) Check(LaunchScale(x, s, n, y, compute()), "Scale launch");
+  void MoeRoute(const float* logits, int64_t n_tok, const MoeRouteParams& p, int32_t* ids, float* weights) override;
+  void MoeExperts(const MoeExpertsArgs& a) override;
+  void SetTraceLabel(std::string_view label) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    label_ = std::string(label);
   }
-  void AddScaled(const float* x, float s, int64_t n, float* y) override {
-    if (Elementwise("AddScaled", n, {x, y})) Check(LaunchAddScaled(x, s, n, y, compute()), "AddScaled launch");
-  }
-  void MoeRoute(const float* logits, int64_t n_tok, int n_expert, int k, int32_t* ids_host,
-                float* weights_host) override;
-  void GatherRows(const float* x, const int32_t* idx_host, int64_t n_idx, int64_t n, float* y) override;
-  void ScatterAddRows(const float* x, const int32_t* idx_host, const float* w_host, int64_t n_idx, int64_t n,
-                      float* y) override;
-  void ScatterRows(const float* x, const int32_t* idx_host, const float* w_host, int64_t n_idx, int64_t n,
-                   float* y) override;
-  // y[idx[i]] = or += w[i] * x[i], in chunks of kIndexChunk indices passed by value.
-  void Scatter(const float* x, const int32_t* idx_host, const float* w_host, int64_t n_idx, int64_t n, float* y,
-               bool accumulate);
 
   absl::Status TakeError() override;
 
@@ -218,7 +198,8 @@ class CudaBackend final : public Backend {
     FailLocked(std::move(st));
   }
   void FailLocked(absl::Status st) {
-    if (error_.ok()) error_ = std::move(st);
+    if (!error_.ok()) return;
+    error_ = label_.empty() ? std::move(st) : absl::Status(st.code(), Cat(label_, ": ", st.message()));
   }
   bool Check(cudaError_t err, std::string_view what) {
     if (err == cudaSuccess) return true;
@@ -243,6 +224,9 @@ class CudaBackend final : public Backend {
     return n > 0 && Begin(op, pointers);
   }
   absl::Status ValidateWeights(const WeightMatrix& w, std::string_view op) const;
+  // One matrix of every expert (`which` of ExpertMatrices), checked to share type, shape and stride, into `m`.
+  absl::Status CollectExperts(const MoeExpertsArgs& a, const WeightMatrix* ExpertMatrices::*which,
+                              const float* ExpertMatrices::*bias, std::string_view name, MoeMatrices* m) const;
   // A device-readable view of an index array, or null when it lives in ordinary (pageable) host memory.
   const int32_t* DeviceView(const int32_t* p) const;
 
@@ -262,7 +246,7 @@ class CudaBackend final : public Backend {
     TANDEM_RETURN_IF_ERROR(SetDevice());
     return CudaStatus(cudaMemcpyAsync(dst, src, n, kind, stream(s)), what);
   }
-  void ReleaseGemmScratch();
+  void ReleaseScratch();
   MatMulContext MatMulCtx() const;
 
   bool initialized_ = false;
@@ -276,15 +260,14 @@ class CudaBackend final : public Backend {
   cublasHandle_t cublas_ = nullptr;
   std::unique_ptr<MemoryPool> pool_;
 
-  std::mutex mu_;  // guards pinned_, events_, error_
+  std::mutex mu_;  // guards pinned_, events_, error_, label_
   std::unordered_set<void*> pinned_;
   std::vector<cudaEvent_t> events_;
   absl::Status error_;
+  std::string label_;  // the trace label, for error messages
 
   // Workspace, all from the pool.
   int* error_word_ = nullptr;  // DeviceErrorCode written by kernels
-  int32_t* route_ids_ = nullptr;
-  float* route_weights_ = nullptr;
   void* cublas_workspace_ = nullptr;
   void* x16_ = nullptr;
   size_t x16_elems_ = 0;
@@ -292,6 +275,10 @@ class CudaBackend final : public Backend {
   size_t tile_elems_ = 0;
   float* attn_partials_ = nullptr;
   size_t attn_partial_floats_ = 0;
+  void* moe_block_ = nullptr;  // MoeExperts' grouping (launch.h's MoeGroups)
+  MoeGroups moe_groups_;
+  int64_t moe_max_pairs_ = 0;
+  std::array<MoeMatrices, 3> moe_matrices_;  // MoeExperts' gate, up, down: ~4 KiB each, so not on the stack
 };
 
 absl::Status CudaBackend::Init(const CudaOptions& options) {
@@ -351,30 +338,31 @@ absl::Status CudaBackend::Init(const CudaOptions& options) {
   TANDEM_ASSIGN_OR_RETURN(void* word, pool_->Alloc(sizeof(int), "workspace: error word"));
   error_word_ = static_cast<int*>(word);
   TANDEM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(error_word_, 0, sizeof(int), compute()), "cudaMemset");
-  TANDEM_ASSIGN_OR_RETURN(void* ids, pool_->Alloc(kRouteCapacity * sizeof(int32_t), "workspace: router ids"));
-  route_ids_ = static_cast<int32_t*>(ids);
-  TANDEM_ASSIGN_OR_RETURN(void* weights, pool_->Alloc(kRouteCapacity * sizeof(float), "workspace: router weights"));
-  route_weights_ = static_cast<float*>(weights);
   return CudaStatus(cudaStreamSynchronize(compute()), "initial synchronize");
 }
 
-void CudaBackend::ReleaseGemmScratch() {
+void CudaBackend::ReleaseScratch() {
   Fail(pool_->Free(x16_));
   Fail(pool_->Free(tile_));
   Fail(pool_->Free(attn_partials_));
+  Fail(pool_->Free(moe_block_));
   x16_ = tile_ = nullptr;
   attn_partials_ = nullptr;
   x16_elems_ = tile_elems_ = attn_partial_floats_ = 0;
+  moe_block_ = nullptr;
+  moe_groups_ = MoeGroups{};
+  moe_max_pairs_ = 0;
 }
 
 absl::Status CudaBackend::ReserveWorkspace(const WorkspaceSpec& spec) {
-  if (spec.max_tokens < 0 || spec.max_cols < 0 || spec.max_rows < 0 || spec.n_head < 0) {
+  if (spec.max_tokens < 0 || spec.max_cols < 0 || spec.max_rows < 0 || spec.n_head < 0 || spec.n_expert < 0 ||
+      spec.n_expert_used < 0) {
     return InvalidArgument("cuda: ReserveWorkspace: negative size");
   }
   TANDEM_RETURN_IF_ERROR(SetDevice());
   // The old scratch may still be in use by queued kernels.
   TANDEM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(compute()), "cudaStreamSynchronize");
-  ReleaseGemmScratch();
+  ReleaseScratch();
   const auto tokens = static_cast<size_t>(spec.max_tokens);
   const auto cols = static_cast<size_t>(spec.max_cols);
   const auto rows = static_cast<size_t>(spec.max_rows);
@@ -400,6 +388,12 @@ absl::Status CudaBackend::ReserveWorkspace(const WorkspaceSpec& spec) {
     TANDEM_ASSIGN_OR_RETURN(void* p, pool_->Alloc(attn_partial_floats_ * sizeof(float), "workspace: attention"));
     attn_partials_ = static_cast<float*>(p);
   }
+  if (spec.n_expert > 0 && spec.n_expert_used > 0) {
+    const int64_t pairs = std::max<int64_t>(spec.max_tokens, 1) * spec.n_expert_used;
+    TANDEM_ASSIGN_OR_RETURN(moe_block_, pool_->Alloc(MoeGroupsBytes(pairs), "workspace: MoE grouping"));
+    moe_groups_ = CarveMoeGroups(moe_block_, pairs);
+    moe_max_pairs_ = pairs;
+  }
   return absl::OkStatus();
 }
 
@@ -421,6 +415,7 @@ absl::Status CudaBackend::ValidateWeights(const WeightMatrix& w, std::string_vie
   if (!IsPlainFloat(w.type) && !IsQuantized(w.type)) {
     return Unimplemented("cuda: ", op, ": weight type ", static_cast<uint32_t>(w.type), " is not supported");
   }
+  if (w.layout != kGgufLayout) return InvalidArgument("cuda: ", op, ": weights in another backend's layout");
   const DTypeTraits& tr = Traits(w.type);
   if (w.rows < 0 || w.cols <= 0 || w.rows > INT_MAX || w.cols % tr.block_elems != 0) {
     return InvalidArgument("cuda: ", op, ": bad shape [", w.rows, " x ", w.cols, "] for ", tr.name);
@@ -550,75 +545,122 @@ void CudaBackend::Attention(const float* q, const KvLayer& kv, int64_t n_tok, in
   Check(LaunchAttention(q, kv, n_tok, pos0, p, out, work, compute()), "Attention launch");
 }
 
-void CudaBackend::MoeRoute(const float* logits, int64_t n_tok, int n_expert, int k, int32_t* ids_host,
-                           float* weights_host) {
-  if (!Expect(n_tok >= 0, "MoeRoute: negative token count") || n_tok == 0) return;
-  if (!Expect(n_expert > 0 && n_expert <= kMoeMaxExperts && k > 0 && k <= n_expert, "MoeRoute: top-", k, " of ",
-              n_expert, " experts is not supported (at most ", kMoeMaxExperts, " experts)")) {
+void CudaBackend::AddBias(const float* x, const float* b, int64_t n_tok, int64_t n, float* y) {
+  if (!Expect(n_tok >= 0 && n >= 0, "AddBias: negative size") || n_tok == 0 || n == 0) return;
+  if (!Begin("AddBias", {x, b, y})) return;
+  Check(LaunchAddBias(x, b, n_tok, n, y, compute()), "AddBias launch");
+}
+
+void CudaBackend::Glu(const float* g, const float* u, int64_t n, const GluParams& p, float* y) {
+  if (!Expect(p.act == Activation::kSilu || p.act == Activation::kGelu || p.act == Activation::kSwigluOai,
+              "Glu: unknown activation ", static_cast<int>(p.act)) ||
+      !Expect(p.act != Activation::kSwigluOai || u != nullptr, "Glu: the gpt-oss SwiGLU needs u")) {
     return;
   }
-  if (!Begin("MoeRoute", {logits, ids_host, weights_host})) return;
-  const int64_t slice = static_cast<int64_t>(kRouteCapacity) / k;
-  for (int64_t t0 = 0; t0 < n_tok; t0 += slice) {
-    const int64_t nt = std::min(slice, n_tok - t0);
-    const size_t entries = static_cast<size_t>(nt) * k;
-    const bool ok =
-        Check(LaunchMoeRoute(logits + t0 * n_expert, nt, n_expert, k, route_ids_, route_weights_, compute()),
-              "MoeRoute launch") &&
-        Check(cudaMemcpyAsync(ids_host + t0 * k, route_ids_, entries * sizeof(int32_t), cudaMemcpyDeviceToHost,
-                              compute()),
-              "MoeRoute ids copy") &&
-        Check(cudaMemcpyAsync(weights_host + t0 * k, route_weights_, entries * sizeof(float),
-                              cudaMemcpyDeviceToHost, compute()),
-              "MoeRoute weights copy") &&
-        Check(cudaStreamSynchronize(compute()), "MoeRoute synchronize");
-    if (!ok) {
-      // Safe values for a caller that groups tokens before it looks at TakeError().
-      std::fill(ids_host, ids_host + n_tok * k, 0);
-      std::fill(weights_host, weights_host + n_tok * k, 0.0f);
+  if (Elementwise("Glu", n, {g, y})) Check(LaunchGlu(g, u, n, p, y, compute()), "Glu launch");
+}
+
+void CudaBackend::MoeRoute(const float* logits, int64_t n_tok, const MoeRouteParams& p, int32_t* ids,
+                           float* weights) {
+  if (!Expect(n_tok >= 0, "MoeRoute: negative token count") || n_tok == 0) return;
+  if (!Expect(p.n_expert > 0 && p.n_expert <= kMoeMaxExperts && p.k > 0 && p.k <= p.n_expert, "MoeRoute: top-",
+              p.k, " of ", p.n_expert, " experts is not supported (at most ", kMoeMaxExperts, " experts)") ||
+      !Expect(p.gating == MoeGating::kSoftmax || p.gating == MoeGating::kSigmoid ||
+                  p.gating == MoeGating::kSoftmaxTopK,
+              "MoeRoute: unknown gating ", static_cast<int>(p.gating))) {
+    return;
+  }
+  if (!Begin("MoeRoute", {logits, ids, weights})) return;
+  Check(LaunchMoeRoute(logits, n_tok, p, ids, weights, compute()), "MoeRoute launch");
+}
+
+absl::Status CudaBackend::CollectExperts(const MoeExpertsArgs& a, const WeightMatrix* ExpertMatrices::*which,
+                                         const float* ExpertMatrices::*bias, std::string_view name,
+                                         MoeMatrices* m) const {
+  const WeightMatrix* first = a.experts[0].*which;
+  if (first == nullptr) return InvalidArgument("cuda: MoeExperts: expert 0 has no ", name, " matrix");
+  TANDEM_RETURN_IF_ERROR(ValidateWeights(*first, "MoeExperts"));
+  m->type = first->type;
+  m->rows = first->rows;
+  m->cols = first->cols;
+  m->row_stride = first->row_stride;
+  // The others need only match expert 0 and have their own rows where the type's loads want them.
+  const size_t align = RowAlignment(first->type);
+  for (int e = 0; e < a.n_expert; ++e) {
+    const WeightMatrix* w = a.experts[e].*which;
+    if (w == nullptr) return InvalidArgument("cuda: MoeExperts: expert ", e, " has no ", name, " matrix");
+    if (w->type != first->type || w->rows != first->rows || w->cols != first->cols ||
+        w->row_stride != first->row_stride || w->layout != first->layout) {
+      return InvalidArgument("cuda: MoeExperts: expert ", e, "'s ", name,
+                             " matrix differs from expert 0's in type, shape, row stride or layout");
+    }
+    if (w->data == nullptr || reinterpret_cast<uintptr_t>(w->data) % align != 0) {
+      return InvalidArgument("cuda: MoeExperts: expert ", e, "'s ", name, " rows must be non-null and ", align,
+                             "-byte aligned");
+    }
+    m->data[e] = w->data;
+    m->bias[e] = a.experts[e].*bias;
+  }
+  for (int e = a.n_expert; e < kMoeMaxExperts; ++e) {
+    m->data[e] = nullptr;
+    m->bias[e] = nullptr;
+  }
+  return absl::OkStatus();
+}
+
+// The pairs are grouped by expert on the device (moe_group.cu), then each pass of at most buf.rows grouped pairs
+// runs the gate/up products with their activation into buf.gate and the down products straight into `out`
+// (moe_experts.cu). The routing stays on the device; the host only knows how many pairs there are.
+void CudaBackend::MoeExperts(const MoeExpertsArgs& a) {
+  if (!Expect(a.n_tok >= 0, "MoeExperts: negative token count") || a.n_tok == 0) return;
+  if (!Expect(a.n_expert > 0 && a.n_expert <= kMoeMaxExperts && a.k > 0, "MoeExperts: top-", a.k, " of ",
+              a.n_expert, " experts is not supported (at most ", kMoeMaxExperts, " experts)") ||
+      !Expect(a.act.act == Activation::kSilu || a.act.act == Activation::kGelu ||
+                  a.act.act == Activation::kSwigluOai,
+              "MoeExperts: unknown activation ", static_cast<int>(a.act.act)) ||
+      !Expect(a.buf.rows > 0, "MoeExperts: no buffer rows")) {
+    return;
+  }
+  const int64_t n_pairs = a.n_tok * a.k;
+  if (moe_block_ == nullptr || n_pairs > moe_max_pairs_) {
+    return Fail(FailedPrecondition("cuda: MoeExperts: ", a.n_tok, " tokens of ", a.k,
+                                   " experts each exceed the grouping workspace reserved (", moe_max_pairs_,
+                                   " pairs)"));
+  }
+  if (!Begin("MoeExperts", {a.experts, a.x, a.ids, a.weights, a.out, a.buf.gate, a.buf.up})) return;
+  MoeMatrices& gate = moe_matrices_[0];
+  MoeMatrices& up = moe_matrices_[1];
+  MoeMatrices& down = moe_matrices_[2];
+  absl::Status st = CollectExperts(a, &ExpertMatrices::gate, &ExpertMatrices::gate_bias, "gate", &gate);
+  if (st.ok()) st = CollectExperts(a, &ExpertMatrices::up, &ExpertMatrices::up_bias, "up", &up);
+  if (st.ok()) st = CollectExperts(a, &ExpertMatrices::down, &ExpertMatrices::down_bias, "down", &down);
+  if (!st.ok()) return Fail(st);
+  if (!Expect(up.rows == gate.rows && up.cols == gate.cols && down.cols == gate.rows && down.rows == gate.cols,
+              "MoeExperts: gate [", gate.rows, " x ", gate.cols, "], up [", up.rows, " x ", up.cols, "] and down [",
+              down.rows, " x ", down.cols, "] do not make an FFN") ||
+      !Expect(gate.rows > 0, "MoeExperts: empty experts")) {
+    return;
+  }
+
+  // One token: every tile holds one pair, so the kernels keep one accumulator per row.
+  const int tile = a.n_tok == 1 ? 1 : kMoeTile;
+  const int64_t pass_pairs = std::min(a.buf.rows, kMoeMaxPassPairs);
+  if (!Check(LaunchMoeGroup(a.ids, a.weights, a.n_tok, a.k, a.n_expert, tile, static_cast<int>(pass_pairs),
+                            moe_groups_, error_word_, compute()),
+             "MoeExperts grouping launch")) {
+    return;
+  }
+  MoePass pass;
+  pass.groups = moe_groups_;
+  pass.tile = tile;
+  for (int64_t first = 0; first < n_pairs; first += pass_pairs, ++pass.pass) {
+    pass.first_pair = first;
+    pass.max_tiles = MoeMaxTiles(std::min(pass_pairs, n_pairs - first), a.n_expert, tile);
+    if (!Check(LaunchMoeGateUp(gate, up, a.x, a.weight_input, a.act, pass, a.buf.gate, a.buf.up, compute()),
+               "MoeExperts gate/up launch") ||
+        !Check(LaunchMoeDown(down, a.buf.gate, a.weight_input, pass, a.out, compute()), "MoeExperts down launch")) {
       return;
     }
-  }
-}
-
-void CudaBackend::GatherRows(const float* x, const int32_t* idx_host, int64_t n_idx, int64_t n, float* y) {
-  if (!Expect(n_idx >= 0 && n >= 0, "GatherRows: negative size") || n_idx == 0 || n == 0) return;
-  if (!Begin("GatherRows", {x, idx_host, y})) return;
-  IndexChunk chunk{};
-  for (int64_t i0 = 0; i0 < n_idx; i0 += kIndexChunk) {
-    const int count = static_cast<int>(std::min<int64_t>(kIndexChunk, n_idx - i0));
-    for (int i = 0; i < count; ++i) {
-      if (!Expect(idx_host[i0 + i] >= 0, "GatherRows: negative row index")) return;
-      chunk.idx[i] = idx_host[i0 + i];
-    }
-    if (!Check(LaunchGatherRows(x, chunk, count, n, y + i0 * n, compute()), "GatherRows launch")) return;
-  }
-}
-
-void CudaBackend::ScatterAddRows(const float* x, const int32_t* idx_host, const float* w_host, int64_t n_idx,
-                                 int64_t n, float* y) {
-  Scatter(x, idx_host, w_host, n_idx, n, y, /*accumulate=*/true);
-}
-
-void CudaBackend::ScatterRows(const float* x, const int32_t* idx_host, const float* w_host, int64_t n_idx,
-                              int64_t n, float* y) {
-  Scatter(x, idx_host, w_host, n_idx, n, y, /*accumulate=*/false);
-}
-
-void CudaBackend::Scatter(const float* x, const int32_t* idx_host, const float* w_host, int64_t n_idx, int64_t n,
-                          float* y, bool accumulate) {
-  const char* op = accumulate ? "ScatterAddRows" : "ScatterRows";
-  if (!Expect(n_idx >= 0 && n >= 0, "scatter: negative size") || n_idx == 0 || n == 0) return;
-  if (!Begin(op, {x, idx_host, w_host, y})) return;
-  IndexChunk chunk{};
-  for (int64_t i0 = 0; i0 < n_idx; i0 += kIndexChunk) {
-    const int count = static_cast<int>(std::min<int64_t>(kIndexChunk, n_idx - i0));
-    for (int i = 0; i < count; ++i) {
-      if (!Expect(idx_host[i0 + i] >= 0, "scatter: negative row index")) return;
-      chunk.idx[i] = idx_host[i0 + i];
-      chunk.w[i] = w_host[i0 + i];
-    }
-    if (!Check(LaunchScatterRows(x + i0 * n, chunk, count, n, y, accumulate, compute()), "scatter launch")) return;
   }
 }
 
@@ -639,9 +681,17 @@ absl::Status CudaBackend::TakeError() {
   }
   if (device_st.ok()) device_st = CudaStatus(cudaStreamSynchronize(compute()), "cudaStreamSynchronize");
   if (device_st.ok() && word != kDeviceOk) {
-    device_st = word == kDeviceBadTokenId
-                    ? InvalidArgument("cuda: GetRows: a token id was outside the embedding table")
-                    : absl::InternalError(Cat("cuda: device error code ", word));
+    switch (word) {
+      case kDeviceBadTokenId:
+        device_st = InvalidArgument("cuda: GetRows: a token id was outside the embedding table");
+        break;
+      case kDeviceBadExpertId:
+        device_st = InvalidArgument("cuda: MoeExperts: an expert id was outside [0, n_expert)");
+        break;
+      default:
+        device_st = absl::InternalError(Cat("cuda: device error code ", word));
+        break;
+    }
     (void)cudaMemsetAsync(error_word_, 0, sizeof(int), compute());
   }
   return st.ok() ? device_st : st;

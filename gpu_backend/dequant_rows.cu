@@ -57,7 +57,7 @@ __global__ void ToBf16Kernel(const float* x, int64_t n, __nv_bfloat16* out) {
 
 }  // namespace
 
-cudaError_t LaunchDequantizeRowsF16(const cpu::WeightMatrix& w, int64_t row0, int64_t n_rows, void* out,
+cudaError_t LaunchDequantizeRowsF16(const WeightMatrix& w, int64_t row0, int64_t n_rows, void* out,
                                     cudaStream_t s) {
   if (n_rows <= 0 || w.cols <= 0) return cudaSuccess;
   const auto* data = static_cast<const uint8_t*>(w.data);

@@ -57,7 +57,7 @@ __global__ void GetRowsFloatKernel(const uint8_t* table, size_t row_stride, int6
 
 }  // namespace
 
-cudaError_t LaunchGetRows(const cpu::WeightMatrix& table, const int32_t* ids_dev, const IndexChunk& chunk,
+cudaError_t LaunchGetRows(const WeightMatrix& table, const int32_t* ids_dev, const IndexChunk& chunk,
                           int64_t n_tok, float* y, int* error_word, cudaStream_t s) {
   if (n_tok <= 0 || table.cols <= 0) return cudaSuccess;
   const auto* data = static_cast<const uint8_t*>(table.data);

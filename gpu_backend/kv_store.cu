@@ -32,7 +32,7 @@ __global__ void KvStoreKernel(CacheT* kc, CacheT* vc, const float* k, const floa
 
 }  // namespace
 
-cudaError_t LaunchKvStore(const cpu::KvLayer& kv, const float* k, const float* v, int64_t n_tok, int64_t pos0,
+cudaError_t LaunchKvStore(const KvLayer& kv, const float* k, const float* v, int64_t n_tok, int64_t pos0,
                           cudaStream_t s) {
   const int64_t n = n_tok * kv.row_elems;
   if (n <= 0) return cudaSuccess;

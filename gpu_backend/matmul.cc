@@ -13,7 +13,7 @@
 namespace tandem::gpu {
 namespace {
 
-absl::Status MatVecSlices(const MatMulContext& ctx, const cpu::WeightMatrix& w, const float* x, int64_t n_tok,
+absl::Status MatVecSlices(const MatMulContext& ctx, const WeightMatrix& w, const float* x, int64_t n_tok,
                           float* y) {
   for (int64_t t0 = 0; t0 < n_tok; t0 += kMatVecMaxTokens) {
     const int64_t nt = std::min<int64_t>(kMatVecMaxTokens, n_tok - t0);
@@ -44,7 +44,7 @@ bool UsesGemm(const MatMulContext& ctx, DType wtype, int64_t n_tok) {
   return true;
 }
 
-absl::Status RunMatMul(const MatMulContext& ctx, const cpu::WeightMatrix& w, const float* x, int64_t n_tok,
+absl::Status RunMatMul(const MatMulContext& ctx, const WeightMatrix& w, const float* x, int64_t n_tok,
                        float* y) {
   if (n_tok <= 0 || w.rows <= 0) return absl::OkStatus();
   const bool fits_int = w.rows <= INT_MAX && w.cols <= INT_MAX && n_tok <= INT_MAX;

@@ -8,8 +8,8 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
-#include "cpu_backend/kernels.h"
 #include "gpu_backend/cublas_loader.h"
+#include "runtime/tensor.h"
 
 namespace tandem::gpu {
 
@@ -30,6 +30,6 @@ bool UsesGemm(const MatMulContext& ctx, DType wtype, int64_t n_tok);
 
 // y[t][r] = dot(W[r], x[t]); arguments already validated. Falls back to the matvec in slices when the
 // scratch is too small for the cuBLAS path.
-absl::Status RunMatMul(const MatMulContext& ctx, const cpu::WeightMatrix& w, const float* x, int64_t n_tok, float* y);
+absl::Status RunMatMul(const MatMulContext& ctx, const WeightMatrix& w, const float* x, int64_t n_tok, float* y);
 
 }  // namespace tandem::gpu

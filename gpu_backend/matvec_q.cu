@@ -116,7 +116,7 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
 bool Aligned(const void* p, size_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; }
 
 template <int NT>
-cudaError_t LaunchNt(const cpu::WeightMatrix& w, const float* x, float* y, cudaStream_t s) {
+cudaError_t LaunchNt(const WeightMatrix& w, const float* x, float* y, cudaStream_t s) {
   const dim3 block(32, kRowsPerBlock);
   const unsigned grid = static_cast<unsigned>((w.rows + kRowsPerBlock - 1) / kRowsPerBlock);
   const auto* data = static_cast<const uint8_t*>(w.data);
@@ -146,7 +146,7 @@ cudaError_t LaunchNt(const cpu::WeightMatrix& w, const float* x, float* y, cudaS
 
 }  // namespace
 
-cudaError_t LaunchMatVec(const cpu::WeightMatrix& w, const float* x, int64_t n_tok, float* y, cudaStream_t s) {
+cudaError_t LaunchMatVec(const WeightMatrix& w, const float* x, int64_t n_tok, float* y, cudaStream_t s) {
   if (n_tok <= 0 || w.rows <= 0) return cudaSuccess;
   switch (n_tok) {
     case 1:

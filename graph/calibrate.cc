@@ -127,8 +127,8 @@ absl::StatusOr<MachineProfile> CalibrateCpu(const CalibrateOptions& opts) {
     TANDEM_ASSIGN_OR_RETURN(HostBuf w, SyntheticMatrix(type, rows, sz.cols));
     std::vector<float> y(static_cast<size_t>(rows * sz.gemm_tokens));
     HostBuf scratch = HostAlloc(cpu::MatMulScratchBytes(type, sz.cols, sz.gemm_tokens));
-    cpu::WeightMatrix gemv{type, w.get(), rows, sz.cols, row_bytes};
-    cpu::WeightMatrix gemm{type, w.get(), sz.gemm_rows, sz.cols, row_bytes};
+    WeightMatrix gemv{type, w.get(), rows, sz.cols, row_bytes};
+    WeightMatrix gemm{type, w.get(), sz.gemm_rows, sz.cols, row_bytes};
     // Measured in the layout the CPU backend will compute with: the repacked one where it repacks. The bytes a
     // decoded token reads are the same in both (GB/s counts the GGUF bytes).
     HostBuf packed;
@@ -152,8 +152,8 @@ absl::StatusOr<MachineProfile> CalibrateCpu(const CalibrateOptions& opts) {
     for (size_t i = 0; i < k.size(); ++i) k[i] = v[i] = F32ToF16(kv_src[i]);
     const std::vector<float> q = Random(static_cast<size_t>(sz.attn_tokens) * n_head * head_dim, 17);
     std::vector<float> out(q.size());
-    const cpu::KvLayer kv{DType::kF16, k.data(), v.data(), sz.attn_ctx, row};
-    const cpu::AttentionParams ap{n_head, n_head_kv, head_dim, 1.0f / std::sqrt(static_cast<float>(head_dim))};
+    const KvLayer kv{DType::kF16, k.data(), v.data(), sz.attn_ctx, row};
+    const AttentionParams ap{n_head, n_head_kv, head_dim, 1.0f / std::sqrt(static_cast<float>(head_dim))};
     HostBuf scratch = HostAlloc(cpu::AttentionScratchBytes(sz.attn_ctx, n_head, omp_get_max_threads()));
     const int64_t pos0 = sz.attn_ctx - sz.attn_tokens;
     const double t = TimeIt(sz, [&] {
@@ -168,7 +168,7 @@ absl::StatusOr<MachineProfile> CalibrateCpu(const CalibrateOptions& opts) {
     const std::vector<float> w = Random(static_cast<size_t>(n * n), 19);
     std::vector<float> y(static_cast<size_t>(n));
     HostBuf scratch = HostAlloc(cpu::MatMulScratchBytes(DType::kF32, n, 1));
-    const cpu::WeightMatrix m{DType::kF32, w.data(), n, n, static_cast<size_t>(n) * sizeof(float)};
+    const WeightMatrix m{DType::kF32, w.data(), n, n, static_cast<size_t>(n) * sizeof(float)};
     const auto begin = Clock::now();
     for (int i = 0; i < sz.overhead_calls; ++i) cpu::MatMul(m, x.data(), 1, y.data(), scratch.get());
     p.cpu_op_overhead_s = std::chrono::duration<double>(Clock::now() - begin).count() / sz.overhead_calls;
@@ -198,7 +198,6 @@ absl::Status CalibrateDevice(Backend& dev, const CalibrateOptions& opts, Machine
   ws.max_rows = rows;
   ws.n_ctx = 256;
   ws.n_head = 32;
-  ws.n_threads = opts.n_threads > 0 ? opts.n_threads : omp_get_max_threads();
   TANDEM_RETURN_IF_ERROR(dev.ReserveWorkspace(ws));
 
   std::vector<void*> device_blocks;

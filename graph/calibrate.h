@@ -8,9 +8,9 @@
 
 #include "absl/status/statusor.h"
 #include "cpu_backend/cpu_backend.h"
-#include "graph/backend.h"
+#include "runtime/backend.h"
 #include "graph/profile.h"
-#include "graph/sim_backend.h"
+#include "sim_backend/sim_backend.h"
 
 namespace tandem {
 

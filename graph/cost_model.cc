@@ -7,14 +7,133 @@ namespace tandem {
 namespace {
 
 constexpr double kGiga = 1e9;
+// A decode of MoE experts is a fixed handful of kernels whatever the routing (gather, gate and up, activation,
+// down, scatter): what its launches and forks cost.
+constexpr int kMoeExpertsOps = 6;
 
-// Kernel calls per unit, as the executor issues them (norm, matmuls, rope, cache store, attention, adds...).
-constexpr int kAttnOps = 10;        // norm, q, k, v, rope q, rope k, kv store, attention, out, residual add
-constexpr int kAttnCacheOps = 5;    // norm, k, v, rope k, kv store: a layer whose outputs no token needs
-constexpr int kDenseFfnOps = 6;     // norm, gate, up, swiglu, down, residual add
-constexpr int kMoeFixedOps = 4;     // norm, router matmul, top-k, residual add
-constexpr int kPerExpertOps = 6;    // gather, gate, up, swiglu, down, scatter-add
-constexpr int kOutputOps = 2;       // norm, head matmul
+// A backend that computes nothing and counts what the ops would move and do. Attention charges the cache rows the
+// query's batch reads at the configured average context, not at the positions it is called with.
+class CountingBackend final : public Backend {
+ public:
+  CountingBackend(int64_t batch, double ctx, int kv_elem_bytes) : batch_(batch), ctx_(ctx), kv_elem_(kv_elem_bytes) {}
+
+  const UnitWork& work() const { return w_; }
+  const std::vector<std::pair<Op, DType>>& ops() const { return ops_; }
+
+  std::string_view name() const override { return "counting"; }
+  bool host_memory() const override { return true; }
+  bool Supports(Op, DType) const override { return true; }
+  absl::StatusOr<void*> Alloc(size_t, std::string_view) override { return absl::UnimplementedError("counting"); }
+  void Free(void*) override {}
+  size_t capacity() const override { return 0; }
+  size_t peak_bytes() const override { return 0; }
+  absl::StatusOr<void*> AllocHostPinned(size_t) override { return absl::UnimplementedError("counting"); }
+  void FreeHostPinned(void*) override {}
+  absl::Status ReserveWorkspace(const WorkspaceSpec&) override { return absl::OkStatus(); }
+  absl::Status CopyHostToDevice(void*, const void*, size_t, Stream) override { return absl::OkStatus(); }
+  absl::Status CopyDeviceToHost(void*, const void*, size_t, Stream) override { return absl::OkStatus(); }
+  absl::StatusOr<int> CreateEvent() override { return 0; }
+  absl::Status RecordEvent(int, Stream) override { return absl::OkStatus(); }
+  absl::Status WaitEvent(int, Stream) override { return absl::OkStatus(); }
+  absl::Status Synchronize(Stream) override { return absl::OkStatus(); }
+  absl::Status TakeError() override { return absl::OkStatus(); }
+
+  void GetRows(const WeightMatrix& table, const int32_t*, int64_t n_tok, float*) override {
+    // A lookup reads one row per token.
+    const double rows = static_cast<double>(std::max<int64_t>(table.rows, 1));
+    w_.weight_bytes_read += std::min(static_cast<double>(n_tok), rows) / rows * static_cast<double>(table.bytes());
+    Issue(Op::kGetRows, table.type);
+  }
+  void RmsNorm(const float*, const float*, int64_t, int64_t n, float, float*) override {
+    w_.weight_bytes_read += static_cast<double>(n) * sizeof(float);  // the scale vector (views carry no data)
+    Issue(Op::kRmsNorm, DType::kF32);
+  }
+  void MatMul(const WeightMatrix& w, const float*, int64_t n_tok, float*) override {
+    w_.weight_bytes_read += static_cast<double>(w.bytes());
+    w_.flops += 2.0 * static_cast<double>(w.rows) * static_cast<double>(w.cols) * static_cast<double>(n_tok);
+    Issue(Op::kMatMul, w.type);
+  }
+  void AddBias(const float*, const float*, int64_t, int64_t n, float*) override {
+    w_.weight_bytes_read += static_cast<double>(n) * sizeof(float);
+    Issue(Op::kAddBias, DType::kF32);
+  }
+  void Rope(float*, int64_t, const int32_t*, const RopeParams&) override { Issue(Op::kRope, DType::kF32); }
+  void KvStore(const KvLayer&, const float*, const float*, int64_t, int64_t) override {
+    Issue(Op::kKvStore, DType::kF32);
+  }
+  void Attention(const float*, const KvLayer& kv, int64_t n_tok, int64_t, const AttentionParams& p,
+                 float*) override {
+    // The live tokens are the batch's last: they attend to about as many rows as the batch's average does, and the
+    // batch reads the rows up to its last token once.
+    double rows_read = ctx_ + static_cast<double>(batch_ - 1) / 2;
+    double rows_seen = ctx_;
+    if (p.window > 0) {
+      rows_read = std::min(rows_read, static_cast<double>(p.window) + static_cast<double>(batch_ - 1));
+      rows_seen = std::min(rows_seen, static_cast<double>(p.window));
+    }
+    w_.kv_bytes_read += 2.0 * rows_read * static_cast<double>(kv.row_elems) * kv_elem_;
+    w_.attn_flops += 4.0 * static_cast<double>(n_tok) * rows_seen * p.n_head * p.head_dim;
+    Issue(Op::kAttention, DType::kF32);
+  }
+  void Glu(const float*, const float*, int64_t, const GluParams&, float*) override { Issue(Op::kGlu, DType::kF32); }
+  void Add(const float*, const float*, int64_t, float*) override { Issue(Op::kAdd, DType::kF32); }
+  void MoeRoute(const float*, int64_t, const MoeRouteParams&, int32_t*, float*) override {
+    Issue(Op::kMoeRoute, DType::kF32);
+  }
+  void MoeExperts(const MoeExpertsArgs& a) override {
+    // Routing is data: the expected number of distinct experts a batch of uniform picks reaches.
+    const ExpertMatrices& m = a.experts[0];
+    const double hit = ExpectedExpertsHit(a.n_expert, a.k, a.n_tok);
+    double bytes = 0, params = 0;
+    for (const WeightMatrix* w : {m.gate, m.up, m.down}) {
+      bytes += static_cast<double>(w->bytes());
+      params += static_cast<double>(w->rows) * static_cast<double>(w->cols);
+    }
+    w_.weight_bytes_read += hit * bytes;
+    w_.flops += 2.0 * static_cast<double>(a.n_tok) * std::min(a.k, a.n_expert) * params;
+    w_.n_ops += kMoeExpertsOps - 1;
+    Issue(Op::kMoeExperts, m.gate->type);
+  }
+
+ private:
+  void Issue(Op op, DType type) {
+    ++w_.n_ops;
+    const std::pair<Op, DType> key{op, type};
+    if (std::find(ops_.begin(), ops_.end(), key) == ops_.end()) ops_.push_back(key);
+  }
+
+  const int64_t batch_;
+  const double ctx_;
+  const int kv_elem_;
+  UnitWork w_;
+  std::vector<std::pair<Op, DType>> ops_;
+};
+
+// Stand-in activation buffers: the counting backend reads no data, so they only need addresses that keep the unit
+// functions' pointer arithmetic well away from null.
+Activations NowhereActivations(const ModelConfig& cfg, int64_t max_tok) {
+  alignas(64) static char nowhere[64];
+  return CarveActivations(nowhere, cfg, max_tok);
+}
+
+struct Counted {
+  UnitWork work;
+  std::vector<std::pair<Op, DType>> ops;
+};
+
+Counted Count(const UnitSpec& u, int64_t n_tok, double ctx, int kv_elem_bytes, int64_t n_live) {
+  const UnitProgram& prog = *u.program;
+  const int64_t n = std::max<int64_t>(n_tok, 1);
+  CountingBackend be(n, ctx, kv_elem_bytes);
+  std::vector<ExpertMatrices> views(static_cast<size_t>(std::max(prog.cfg.n_expert, 0)));
+  StepContext s{.cfg = &prog.cfg, .n_tok = n, .pos0 = 0, .n_live = n_live < 0 ? n : std::min(n_live, n),
+                .expert_views = views.data()};
+  Activations act = NowhereActivations(prog.cfg, n);
+  const KvLayer kv{.type = kv_elem_bytes == 2 ? DType::kF16 : DType::kF32, .n_ctx = 0,
+                   .row_elems = prog.cfg.n_embd_kv()};
+  RunUnit(*prog.arch, be, s, prog.weights, &kv, n - s.n_live, act);
+  return Counted{be.work(), be.ops()};
+}
 
 }  // namespace
 
@@ -25,57 +144,13 @@ double ExpectedExpertsHit(int e, int k, int64_t n_tok) {
 }
 
 UnitWork WorkOf(const UnitSpec& u, int64_t n_tok, double ctx, int kv_elem_bytes, int64_t n_live) {
-  UnitWork w;
-  const double n = static_cast<double>(std::max<int64_t>(n_tok, 1));
-  const double live = n_live < 0 ? n : static_cast<double>(std::min(n_live, std::max<int64_t>(n_tok, 1)));
-  switch (u.kind) {
-    case UnitKind::kEmbd: {
-      // A lookup reads one row per token.
-      const double rows = static_cast<double>(std::max<int64_t>(u.rows, 1));
-      w.weight_bytes_read = std::min(n, rows) / rows * static_cast<double>(u.weight_bytes);
-      w.n_ops = 1;
-      return w;
-    }
-    case UnitKind::kAttn: {
-      // Every token's K and V are cached; queries, attention and `wo` run for the live tokens only.
-      const double kv_share = u.dense_params > 0 ? std::min(1.0, u.kv_params / u.dense_params) : 0;
-      w.weight_bytes_read = static_cast<double>(u.weight_bytes) * (live > 0 ? 1.0 : kv_share);
-      w.flops = 2.0 * (n * u.kv_params + live * (u.dense_params - u.kv_params));
-      if (live == 0) {
-        w.n_ops = kAttnCacheOps;
-        return w;
-      }
-      // The live tokens are the batch's last: they attend to about as many rows as the batch's average does.
-      const double rows_touched = ctx + (n - 1) / 2;
-      w.kv_bytes_read = 2.0 * rows_touched * static_cast<double>(u.n_embd_kv) * kv_elem_bytes;
-      w.attn_flops = 4.0 * live * ctx * u.n_head * u.head_dim;
-      w.n_ops = kAttnOps;
-      return w;
-    }
-    case UnitKind::kFfn:
-    case UnitKind::kExpert: {
-      if (live == 0) return w;  // nothing goes on past the cache store
-      const double dense_bytes = static_cast<double>(u.weight_bytes - u.expert_bytes);
-      if (u.n_expert > 0) {
-        const double hit = ExpectedExpertsHit(u.n_expert, u.n_expert_used, static_cast<int64_t>(live));
-        w.weight_bytes_read = dense_bytes + static_cast<double>(u.expert_bytes) * hit / u.n_expert;
-        w.flops = 2.0 * live * (u.dense_params + std::min(u.n_expert_used, u.n_expert) * u.expert_params);
-        w.n_ops = kMoeFixedOps + kPerExpertOps * static_cast<int>(std::ceil(hit));
-      } else {
-        w.weight_bytes_read = dense_bytes;
-        w.flops = 2.0 * live * u.dense_params;
-        w.n_ops = kDenseFfnOps;
-      }
-      return w;
-    }
-    case UnitKind::kOutput:
-      if (live == 0) return w;
-      w.weight_bytes_read = static_cast<double>(u.weight_bytes);
-      w.flops = 2.0 * live * u.dense_params;
-      w.n_ops = kOutputOps;
-      return w;
-  }
-  return w;
+  if (u.program == nullptr) return UnitWork{};
+  return Count(u, n_tok, ctx, kv_elem_bytes, n_live).work;
+}
+
+std::vector<std::pair<Op, DType>> OpsOf(const UnitSpec& u) {
+  if (u.program == nullptr) return {};
+  return Count(u, 1, 1, 2, -1).ops;
 }
 
 double UnitSeconds(const UnitSpec& u, Placement p, const CostQuery& q, const MachineProfile& prof) {

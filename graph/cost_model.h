@@ -3,39 +3,47 @@
 //   gpu    = max(bytes / gpu GB/s, flops / gpu GFLOP/s) + attention + per-kernel launch
 //   stream = max(unit bytes / h2d GB/s, gpu compute without launches) + launches + one sync: the copy into the
 //            staging buffer overlaps the previous unit's compute, so the slower of the two sets the pace
-// plus, between consecutive units on different sides, the activations crossing PCIe (see TransferSeconds).
+// plus, between consecutive units on different devices, the activations crossing PCIe (see TransferSeconds).
+// What a unit does (bytes, FLOPs, kernel calls) is counted by running its family's unit function on a counting
+// backend, so the cost model reads the same forward pass the devices run and cannot fall out of step with it.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "arch/arch.h"
 #include "core/dtype.h"
 #include "graph/plan.h"
 #include "graph/profile.h"
+#include "runtime/backend.h"
 
 namespace tandem {
 
-// One placement unit as the partitioner sees it: its tensors, bytes and the arithmetic it does per token.
+// A unit's forward pass, for counting: its family, the config, and views of its weights without data.
+struct UnitProgram {
+  const Architecture* arch = nullptr;
+  ModelConfig cfg;
+  UnitWeights weights;
+};
+
+// One placement unit as the partitioner sees it.
 struct UnitSpec {
   std::string name;  // "embd", "blk.N.attn", "blk.N.ffn", "output"
   UnitKind kind = UnitKind::kAttn;
   int layer = -1;
-  std::vector<std::string> tensors;  // GGUF names, in file order
-  uint64_t weight_bytes = 0;         // all tensors: what residency holds and streaming copies
-  uint64_t packed_bytes = 0;         // the same packed for the device, each tensor aligned to 256 bytes (VRAM use)
+  std::vector<std::string> tensors;  // GGUF names it reads: its own, then those another unit owns (a tied head)
+  size_t owned_tensors = 0;          // tensors[0, owned_tensors) are claimed for this unit
+  uint64_t weight_bytes = 0;         // all of them: what residency holds and streaming copies
+  uint64_t packed_bytes = 0;         // the same packed as the executor packs a unit (UnitBlockBytes)
   uint64_t expert_bytes = 0;         // of which routed-expert weights (all experts together)
-  int n_expert = 0;                  // routed experts (0: dense unit)
-  int n_expert_used = 0;             // experts each token is routed to
-  double dense_params = 0;           // matmul weights every token multiplies by (q/k/v/o, router, dense FFN, head)
-  double kv_params = 0;              // attention: of dense_params, wk and wv (what a token multiplies by to be cached)
-  double expert_params = 0;          // matmul weights of ONE expert (gate + up + down)
   DType main_type = DType::kF32;     // the type holding most of the bytes: selects the CPU rate
-  int64_t rows = 0;                  // embd: table rows (n_vocab), for the bytes a lookup reads
-  // Attention units only.
-  int n_head = 0;
-  int head_dim = 0;
-  int64_t n_embd_kv = 0;  // K (and V) row width per position
+  int64_t n_embd_kv = 0;             // attention units: K (and V) row width per position
+  // The (op, weight type) pairs the unit issues: a device runs the unit only if it supports them all.
+  std::vector<std::pair<Op, DType>> ops;
+  std::shared_ptr<const UnitProgram> program;
 
   // K+V cache of this layer for n_ctx positions (0 for non-attention units).
   uint64_t KvBytes(int64_t n_ctx, int kv_elem_bytes) const {
@@ -44,16 +52,18 @@ struct UnitSpec {
 };
 
 // What a unit does for n_tok tokens attending (on average) to `ctx` cache rows. n_live < n_tok (the model's last
-// layer and head in prefill, where only the tokens whose logits are asked for go on, graph/model.cc): all n_tok
-// are cached, but queries, attention, `wo`, the FFN and the head run for n_live tokens only; negative means all.
+// layer and head in prefill, where only the tokens whose logits are asked for go on): all n_tok are cached, but
+// queries, attention, the FFN and the head run for n_live tokens only; negative means all.
 struct UnitWork {
-  double weight_bytes_read = 0;  // weights the matmuls read (MoE: only the experts the batch routes to)
+  double weight_bytes_read = 0;  // weights the ops read (MoE: the experts the batch is expected to route to)
   double flops = 0;              // matmul FLOPs
   double kv_bytes_read = 0;      // attention: cache bytes read
   double attn_flops = 0;         // attention: QK^T and PV FLOPs
   int n_ops = 0;                 // kernel calls
 };
 UnitWork WorkOf(const UnitSpec& u, int64_t n_tok, double ctx, int kv_elem_bytes, int64_t n_live = -1);
+// The (op, weight type) pairs a unit's function issues (for UnitSpec::ops).
+std::vector<std::pair<Op, DType>> OpsOf(const UnitSpec& u);
 
 // Expected distinct experts hit when n_tok tokens each pick k of e uniformly: e * (1 - (1 - k/e)^n_tok).
 double ExpectedExpertsHit(int e, int k, int64_t n_tok);
@@ -69,8 +79,5 @@ double UnitSeconds(const UnitSpec& u, Placement p, const CostQuery& q, const Mac
 
 // Activations crossing PCIe: bytes / h2d GB/s + one sync (the receiving side waits on an event).
 double TransferSeconds(uint64_t bytes, const MachineProfile& prof);
-
-// True for placements that run on the GPU side (gpu and stream).
-inline bool GpuSide(Placement p) { return p != Placement::kCpu; }
 
 }  // namespace tandem

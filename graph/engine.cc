@@ -16,18 +16,21 @@ namespace tandem {
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& opts) {
   std::unique_ptr<Engine> e(new Engine());
   TANDEM_ASSIGN_OR_RETURN(e->file_, GgufFile::Open(opts.model_path));
-  TANDEM_ASSIGN_OR_RETURN(e->cfg_, LoadModelConfig(*e->file_));
+  TANDEM_ASSIGN_OR_RETURN(e->model_, ReadModelSchema(*e->file_));
+  const ModelConfig& cfg = e->model_.cfg;
   TANDEM_ASSIGN_OR_RETURN(e->tokenizer_, Tokenizer::FromGguf(*e->file_));
-  if (e->tokenizer_->n_vocab() != e->cfg_.n_vocab) {
-    return InvalidArgument("tokenizer has ", e->tokenizer_->n_vocab(), " tokens but token_embd has ",
-                           e->cfg_.n_vocab, " rows");
+  if (e->tokenizer_->n_vocab() != cfg.n_vocab) {
+    return InvalidArgument("tokenizer has ", e->tokenizer_->n_vocab(), " tokens but the token embeddings have ",
+                           cfg.n_vocab, " rows");
   }
-  const int train_ctx = e->cfg_.n_ctx_train > 0 ? e->cfg_.n_ctx_train : 4096;
+  const int train_ctx = cfg.n_ctx_train > 0 ? cfg.n_ctx_train : 4096;
   e->n_ctx_ = opts.n_ctx > 0 ? opts.n_ctx : std::min(4096, train_ctx);
   if (opts.n_batch < 1) return InvalidArgument("batch size must be at least 1, got ", opts.n_batch);
   e->n_batch_ = std::min(opts.n_batch, e->n_ctx_);
 
-  e->cpu_ = CreateCpuBackend(CpuBackendOptions{.n_threads = opts.n_threads, .repack = opts.repack});
+  std::unique_ptr<CpuBackendApi> cpu = CreateCpuBackend(CpuBackendOptions{.n_threads = opts.n_threads, .repack = opts.repack});
+  e->cpu_ = cpu.get();
+  e->devices_ = std::make_unique<DeviceRegistry>(std::move(cpu));
   TANDEM_ASSIGN_OR_RETURN(DeviceSetup dev,
                           SetupDevice(opts.device, DeviceSetupOptions{
                                                        .n_threads = opts.n_threads,
@@ -36,9 +39,13 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& opts) 
   const PlanOptions po{.n_ctx = e->n_ctx_, .n_batch = e->n_batch_, .n_threads = std::max(opts.n_threads, 1),
                        .kv_elem_bytes = opts.kv_type == DType::kF16 ? 2 : 4, .prompt_tokens = opts.prompt_tokens,
                        .gen_tokens = opts.gen_tokens};
-  TANDEM_ASSIGN_OR_RETURN(Plan plan, PlanModel(*e->file_, e->cfg_, dev, opts.placement, po));
-  // A plan that keeps everything on the CPU runs without the device: nothing is allocated there.
-  if (plan.gpu.total() > 0) e->gpu_ = std::move(dev.backend);
+  TANDEM_ASSIGN_OR_RETURN(Plan plan, PlanModel(*e->file_, cfg, dev, opts.placement, po));
+  // An accelerator the plan leaves empty is closed: nothing is allocated there.
+  for (size_t d = 0; d < dev.accelerators.size(); ++d) {
+    AcceleratorSetup& a = dev.accelerators[d];
+    const bool used = d + 1 < plan.device_accounts.size() && plan.device_accounts[d + 1].total() > 0;
+    e->devices_->Add(a.spec, used ? std::move(a.backend) : nullptr);
+  }
 
   // NUMA: the weights of units that run on the CPU go to their nodes, and the workers are pinned, one per core.
   TANDEM_ASSIGN_OR_RETURN(const NumaPolicy numa_policy, ParseNumaPolicy(opts.numa));
@@ -48,7 +55,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& opts) 
     if (u.prefill != Placement::kCpu && u.decode != Placement::kCpu) continue;
     cpu_tensors.insert(u.tensors.begin(), u.tensors.end());
   }
-  std::vector<WeightTensor> weights = WeightTensorsOf(e->file_->tensors(), e->cfg_);
+  std::vector<WeightTensor> weights = WeightTensorsOf(e->model_);
   std::erase_if(weights, [&](const WeightTensor& t) { return !cpu_tensors.contains(t.name); });
   TANDEM_ASSIGN_OR_RETURN(e->numa_, PlanNuma(*e->topology_, std::move(weights),
                                              NumaPlanOptions{.policy = numa_policy, .max_threads = opts.n_threads}));
@@ -69,9 +76,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& opts) 
   // The CPU's repacked copies go where the plan put the file's pages: each group of 16 rows with its rows.
   TANDEM_ASSIGN_OR_RETURN(std::vector<MemoryRegion> file_regions, NumaMemoryRegions(e->numa_, *e->file_));
   if (!file_regions.empty()) {
-    xo.on_cpu_copy = [file_regions, topo = e->topology_.get(), cpu = e->cpu_.get(), warned = false](
+    xo.on_cpu_copy = [file_regions, topo = e->topology_.get(), cpu = e->cpu_, warned = false](
                          const WeightMatrix& original, const WeightMatrix& copy) mutable -> absl::Status {
-      if (!copy.packed) return absl::OkStatus();
+      if (!cpu::IsPacked(copy)) return absl::OkStatus();
       const size_t group_bytes = cpu::PackedBytes(original) / static_cast<size_t>(original.rows / cpu::kPackRows);
       const std::vector<MemoryRegion> regions =
           CopyRegions(file_regions, original, copy.data, cpu::kPackRows, group_bytes);
@@ -91,15 +98,14 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& opts) 
       return absl::OkStatus();
     };
   }
-  TANDEM_ASSIGN_OR_RETURN(e->executor_,
-                          Executor::Create(*e->file_, e->cfg_, plan, e->cpu_.get(), e->gpu_.get(), xo));
+  const std::vector<Backend*> devices = e->devices_->all();
+  TANDEM_ASSIGN_OR_RETURN(e->executor_, Executor::Create(*e->file_, e->model_, plan, devices, xo));
   return e;
 }
 
 Engine::~Engine() {
   executor_.reset();  // frees its buffers through the backends, so it goes first
-  gpu_.reset();
-  cpu_.reset();
+  devices_.reset();
 }
 
 absl::Status Engine::Prefill(std::span<const int32_t> tokens, int64_t pos0, bool all_logits, float* logits) {
@@ -109,7 +115,7 @@ absl::Status Engine::Prefill(std::span<const int32_t> tokens, int64_t pos0, bool
     const int64_t len = std::min<int64_t>(n_batch_, n - start);
     const bool last = start + len == n;
     const int64_t rows = all_logits ? len : (last ? 1 : 0);
-    float* out = all_logits ? logits + start * cfg_.n_vocab : logits;
+    float* out = all_logits ? logits + start * model_.cfg.n_vocab : logits;
     TANDEM_RETURN_IF_ERROR(executor_->Forward(tokens.subspan(start, len), pos0 + start, rows, out));
   }
   return absl::OkStatus();

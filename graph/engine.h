@@ -7,22 +7,22 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "arch/arch.h"
 #include "core/gguf.h"
-#include "core/model_config.h"
 #include "core/tokenizer.h"
-#include "graph/backend.h"
-#include "graph/executor.h"
-#include "cpu_backend/cpu_backend.h"
-#include "graph/numa_plan.h"
 #include "core/topology.h"
+#include "cpu_backend/cpu_backend.h"
+#include "graph/executor.h"
+#include "graph/numa_plan.h"
 #include "graph/placement.h"
 #include "graph/plan.h"
+#include "runtime/devices.h"
 
 namespace tandem {
 
 struct EngineOptions {
   std::string model_path;
-  std::string device = "auto";        // auto|none|cuda[:I]|sim:...
+  std::string device = "auto";        // auto|none, or accelerators joined by '+': cuda[:I], sim:...
   PlacementRequest placement;         // counts, --place rules, budget; none given = auto
   std::string profile_path;           // machine profile to plan with; empty: the cached calibration
   int prompt_tokens = 512;            // the expected mix auto placement optimises for
@@ -42,14 +42,17 @@ class Engine {
   static absl::StatusOr<std::unique_ptr<Engine>> Open(const EngineOptions& opts);
   ~Engine();
 
-  const ModelConfig& config() const { return cfg_; }
+  const ModelConfig& config() const { return model_.cfg; }
+  const ModelSchema& model() const { return model_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const GgufFile& file() const { return *file_; }
   Executor& executor() { return *executor_; }
   const Plan& plan() const { return executor_->plan(); }
   int n_ctx() const { return n_ctx_; }
   int n_batch() const { return n_batch_; }
-  Backend* gpu() { return gpu_.get(); }
+  // The first accelerator, when the plan uses it; device(i) is the plan's device i (null when unused).
+  Backend* gpu() { return devices_->size() > 1 ? device(1) : nullptr; }
+  Backend* device(int i) { return devices_->backend_or_null(i); }
   const NumaPlan& numa() const { return numa_; }
 
   // Runs the prompt in batches of n_batch from position pos0. Writes the logits of every position when
@@ -59,10 +62,10 @@ class Engine {
  private:
   Engine() = default;
   std::unique_ptr<GgufFile> file_;
-  ModelConfig cfg_;
+  ModelSchema model_;
   std::unique_ptr<Tokenizer> tokenizer_;
-  std::unique_ptr<CpuBackendApi> cpu_;
-  std::unique_ptr<Backend> gpu_;
+  CpuBackendApi* cpu_ = nullptr;             // owned by devices_, as device 0
+  std::unique_ptr<DeviceRegistry> devices_;  // the host CPU and the accelerators the plan uses
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<Topology> topology_;
   NumaPlan numa_;  // where the CPU units' weights live and which threads run them

@@ -1,7 +1,8 @@
-// The executor runs a Plan: it is the only code that moves bytes between devices, records events and prefetches.
-// Weights go to their tier at load (resident -> VRAM, streamed -> pinned RAM, cpu -> the mmap or the CPU's repacked
-// copy; a unit streamed in one phase and run on the CPU in the other uses its pinned copy); activations cross
-// devices only at unit boundaries, and only when the next unit runs on the other side.
+// The executor runs a Plan over a list of devices: it is the only code that moves bytes between devices, records
+// events and prefetches. Weights go to their tier at load (resident -> the unit's accelerator, streamed -> pinned
+// RAM, cpu -> the mmap or the CPU's own copy; a unit streamed in one phase and run on the CPU in the other uses its
+// pinned copy); activations cross devices only at unit boundaries, through the host between two accelerators. The
+// units' math is the family's (arch/); errors are checked once per step.
 #pragma once
 
 #include <cstdint>
@@ -12,11 +13,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "arch/arch.h"
 #include "core/gguf.h"
-#include "core/model_config.h"
-#include "graph/backend.h"
-#include "graph/model.h"
 #include "graph/plan.h"
+#include "runtime/backend.h"
 
 namespace tandem {
 
@@ -26,7 +26,7 @@ struct ExecutorOptions {
   int n_ctx = 512;                 // KV cache length, allocated once
   int max_batch = 256;             // largest prefill batch (tokens per Forward)
   DType kv_type = DType::kF16;     // F16 or F32
-  // Sees every named intermediate as host floats (copied back from a GPU first). Null: no dumps.
+  // Sees every named intermediate as host floats (copied back from an accelerator first). Null: no dumps.
   DumpFn dump;
   // Called during load with (bytes done, bytes total) for a progress bar. Null: quiet.
   ProgressFn progress;
@@ -41,16 +41,17 @@ struct ExecutorStats {
   uint64_t pcie_bytes_prefill = 0;
   uint64_t pcie_bytes_decode = 0;
   uint64_t load_h2d_bytes = 0;         // resident weights copied at load
-  uint64_t peak_vram_bytes = 0;
+  uint64_t peak_vram_bytes = 0;        // all accelerators together
   uint64_t decode_tokens = 0;
   uint64_t prefill_tokens = 0;
 };
 
 class Executor {
  public:
-  // `gpu` may be null (CPU-only plan). The file must outlive the executor. Allocates everything up front.
-  static absl::StatusOr<std::unique_ptr<Executor>> Create(const GgufFile& file, const ModelConfig& cfg,
-                                                           const Plan& plan, Backend* cpu, Backend* gpu,
+  // devices[i] runs the plan's device i: [0] the host CPU, then the accelerators (null where the plan uses none).
+  // The file and the devices must outlive the executor. Allocates everything up front.
+  static absl::StatusOr<std::unique_ptr<Executor>> Create(const GgufFile& file, const ModelSchema& model,
+                                                           const Plan& plan, std::span<Backend* const> devices,
                                                            const ExecutorOptions& opts);
   ~Executor();
 

@@ -1,37 +1,12 @@
 #include "graph/numa_plan.h"
 
 #include <algorithm>
-#include <cctype>
 
 #include "core/status.h"
 #include "cpu_backend/thread_pinning.h"
 
 namespace tandem {
 namespace {
-
-// A small decimal number (at most 9 digits, so it fits an int): layer and expert ids in tensor names.
-bool IsSmallNumber(std::string_view s) {
-  return !s.empty() && s.size() <= 9 &&
-         std::all_of(s.begin(), s.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
-}
-
-std::vector<std::string_view> SplitDots(std::string_view s) {
-  std::vector<std::string_view> parts;
-  size_t start = 0;
-  for (size_t i = 0; i <= s.size(); ++i) {
-    if (i == s.size() || s[i] == '.') {
-      parts.push_back(s.substr(start, i - start));
-      start = i + 1;
-    }
-  }
-  return parts;
-}
-
-int ToInt(std::string_view digits) {
-  int v = 0;
-  for (char c : digits) v = v * 10 + (c - '0');
-  return v;
-}
 
 // Picks the workers: one per physical core, its first PU; when fewer are wanted, cores are taken one per node
 // in turn so that every node keeps threads for as long as possible. Fills each node's thread range.
@@ -185,22 +160,45 @@ std::string_view NumaPolicyName(NumaPolicy p) {
   return "?";
 }
 
+namespace {
+
+// One tensor as its schema entry describes it: an expert stack holds one slice per expert, the last dimension; a
+// tensor of the per-expert spelling is one expert's.
+WeightTensor WeightTensorOf(const GgufTensorInfo& info, const TensorClaim* claim, const TensorEntry* entry) {
+  WeightTensor t{.name = info.name, .bytes = info.nbytes, .rows = info.ne[1] * info.ne[2] * info.ne[3],
+                 .layer = claim != nullptr ? claim->layer : -1};
+  if (entry == nullptr || !entry->expert_stack()) return t;
+  if (claim->expert >= 0) {
+    t.n_experts = 1;
+    t.first_expert = claim->expert;
+    return t;
+  }
+  t.n_experts = static_cast<int>(info.ne[std::max(info.n_dims, 1) - 1]);
+  t.rows = 1;
+  for (int d = 1; d + 1 < info.n_dims; ++d) t.rows *= info.ne[d];
+  return t;
+}
+
+}  // namespace
+
+std::vector<WeightTensor> WeightTensorsOf(const ModelSchema& model) {
+  const std::span<const GgufTensorInfo> tensors = model.match.tensors();
+  std::vector<WeightTensor> out;
+  out.reserve(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorClaim& claim = model.match.claim(i);
+    out.push_back(WeightTensorOf(tensors[i], &claim, &model.match.schema()[claim.entry]));
+  }
+  return out;
+}
+
 std::vector<WeightTensor> WeightTensorsOf(std::span<const GgufTensorInfo> tensors, const ModelConfig& cfg) {
+  const Architecture* arch = FindArchitecture(cfg.arch);
   std::vector<WeightTensor> out;
   out.reserve(tensors.size());
   for (const GgufTensorInfo& info : tensors) {
-    WeightTensor t{.name = info.name, .bytes = info.nbytes, .rows = info.ne[1] * info.ne[2] * info.ne[3]};
-    const std::vector<std::string_view> parts = SplitDots(info.name);
-    if (parts.size() >= 3 && parts[0] == "blk" && IsSmallNumber(parts[1])) t.layer = ToInt(parts[1]);
-    if (cfg.n_expert > 0 && info.n_dims == 3 && info.ne[2] == cfg.n_expert && info.ne[3] == 1) {
-      t.n_experts = cfg.n_expert;
-      t.rows = info.ne[1];
-    } else if (cfg.legacy_experts && t.layer >= 0 && parts.size() == 5 && parts[2].starts_with("ffn_") &&
-               IsSmallNumber(parts[3]) && parts[4] == "weight") {
-      t.n_experts = 1;
-      t.first_expert = ToInt(parts[3]);
-    }
-    out.push_back(std::move(t));
+    const std::optional<TensorClaim> claim = arch != nullptr ? ClaimTensorName(arch->schema(), info.name) : std::nullopt;
+    out.push_back(WeightTensorOf(info, claim ? &*claim : nullptr, claim ? &arch->schema()[claim->entry] : nullptr));
   }
   return out;
 }
@@ -266,7 +264,7 @@ absl::StatusOr<std::vector<MemoryRegion>> NumaMemoryRegions(const NumaPlan& plan
   return regions;
 }
 
-std::vector<MemoryRegion> CopyRegions(std::span<const MemoryRegion> file_regions, const cpu::WeightMatrix& original,
+std::vector<MemoryRegion> CopyRegions(std::span<const MemoryRegion> file_regions, const WeightMatrix& original,
                                       const void* copy, int64_t group_rows, size_t group_bytes) {
   std::vector<MemoryRegion> out;
   const auto base = reinterpret_cast<uintptr_t>(original.data);

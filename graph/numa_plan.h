@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "arch/arch.h"
 #include "core/gguf.h"
-#include "core/model_config.h"
 #include "core/topology.h"
 #include "cpu_backend/kernels.h"
 #include "cpu_backend/numa_memory.h"
@@ -40,8 +40,10 @@ struct WeightTensor {
   bool is_expert() const { return n_experts > 0; }
 };
 
-// The planner's view of a file's tensors: 3-D tensors with ne2 == cfg.n_expert are expert stacks; with
-// cfg.legacy_experts, blk.N.ffn_{gate,up,down}.E.weight are single experts.
+// The planner's view of a model's tensors, from its family's schema: expert stacks hold n_expert slices, and a
+// per-expert tensor is one expert's.
+std::vector<WeightTensor> WeightTensorsOf(const ModelSchema& model);
+// The same for a tensor table of cfg's family, tensor by tensor (it need not be a whole model).
 std::vector<WeightTensor> WeightTensorsOf(std::span<const GgufTensorInfo> tensors, const ModelConfig& cfg);
 
 // Where one byte range of one tensor lives.
@@ -97,7 +99,7 @@ absl::StatusOr<std::vector<MemoryRegion>> NumaMemoryRegions(const NumaPlan& plan
 // the file, whose pages went to `file_regions` (NumaMemoryRegions); the copy at `copy` holds the same rows in
 // groups of `group_rows` rows, `group_bytes` each. Each group goes where its rows went in the file, so a shard
 // plan's experts stay whole on their node and dense row ranges keep their split.
-std::vector<MemoryRegion> CopyRegions(std::span<const MemoryRegion> file_regions, const cpu::WeightMatrix& original,
+std::vector<MemoryRegion> CopyRegions(std::span<const MemoryRegion> file_regions, const WeightMatrix& original,
                                       const void* copy, int64_t group_rows, size_t group_bytes);
 // Binds the file's pages as planned, then pins the OpenMP workers. `topo` must be the host's.
 absl::StatusOr<MembindReport> ApplyNumaPlan(const Topology& topo, const NumaPlan& plan, const GgufFile& file,

@@ -7,22 +7,28 @@
 #include <set>
 
 #include "core/status.h"
-#include "graph/model.h"
+#include "cpu_backend/kernels.h"
 
 namespace tandem {
 namespace {
 
 constexpr int kAttentionQueryTile = 16;
 
-// One unit's placement in both phases.
+// One unit's placement in both phases, and its accelerator when either phase is GPU-side.
 struct Option {
   Placement prefill = Placement::kCpu;
   Placement decode = Placement::kCpu;
+  int device = 1;
   bool operator==(const Option&) const = default;
 };
 constexpr Option kCpuOpt{Placement::kCpu, Placement::kCpu};
 constexpr Option kGpuOpt{Placement::kGpu, Placement::kGpu};
 constexpr Option kStreamOpt{Placement::kStream, Placement::kStream};
+
+// The device a phase runs on: 0 (the host) or the option's accelerator.
+int DeviceAt(const Option& o, Placement p) { return GpuSide(p) ? o.device : 0; }
+// Activations crossing from one device to the next: none, one copy, or two (between accelerators, via the host).
+int Crossings(int from, int to) { return from == to ? 0 : (from != 0 && to != 0 ? 2 : 1); }
 
 using Assignment = std::vector<Option>;
 
@@ -35,7 +41,7 @@ static_assert(static_cast<int>(Placement::kCpu) == 0 && static_cast<int>(Placeme
               static_cast<int>(Placement::kStream) == 2);
 
 // Seconds of one prefill chunk, averaged over a prompt of `chunks` chunks. Past the last layer's cache store only
-// the prompt's last token goes on (graph/model.cc), and only in the last chunk: the model's last attention, its
+// the prompt's last token goes on (arch/blocks.cc), and only in the last chunk: the model's last attention, its
 // FFN and the head cost their cache-only share in every chunk and a one-token share once per prompt.
 double PrefillChunkSeconds(const UnitSpec& u, Placement p, const CostQuery& q, double chunks, int n_layer,
                            const MachineProfile& prof) {
@@ -50,7 +56,7 @@ double PrefillChunkSeconds(const UnitSpec& u, Placement p, const CostQuery& q, d
 // Everything derived once from the input.
 class Planner {
  public:
-  explicit Planner(const PartitionInput& in) : in_(in) {
+  Planner(const PartitionInput& in, std::vector<uint64_t> caps) : in_(in), caps_(std::move(caps)) {
     const ModelConfig& c = in.config;
     n_eff_ = std::max<int64_t>(1, std::min<int64_t>(in.prefill_batch, std::max(in.prompt_tokens, 1)));
     w_prefill_ = static_cast<double>(std::max(in.prompt_tokens, 0)) / static_cast<double>(n_eff_);
@@ -60,6 +66,7 @@ class Planner {
     q_prefill_ = {n_eff_, ctx_prefill, in.kv_elem_bytes};
     q_prefill_report_ = {std::max(in.prefill_batch, 1), ctx_prefill, in.kv_elem_bytes};
     q_decode_ = {1, ctx_decode, in.kv_elem_bytes};
+    n_devices_ = static_cast<int>(in.devices.size());
     act_bytes_ = ActivationBytesEstimate(c, std::max(in.prefill_batch, 1));
     ws_bytes_ = GpuWorkspaceEstimate(c, std::max(in.prefill_batch, 1), in.n_ctx, in.n_threads,
                                      in.profile.gpu_library_workspace_bytes);
@@ -79,6 +86,31 @@ class Planner {
   }
 
   const PartitionInput& in() const { return in_; }
+  // Each accelerator's cap ([0] unused).
+  uint64_t cap(int device) const { return device < static_cast<int>(caps_.size()) ? caps_[device] : 0; }
+  int n_devices() const { return n_devices_; }
+  // A unit may run on an accelerator only if the device supports every op it issues.
+  bool Runs(size_t unit, int device) const {
+    const DeviceDesc& d = in_.devices[device - 1];
+    if (!d.supports) return true;
+    for (const auto& [op, type] : in_.units[unit].ops) {
+      if (!d.supports(op, type)) return false;
+    }
+    return true;
+  }
+  absl::Status CheckSupported(const Assignment& a) const {
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (!AnyGpuSide(a[i]) || Runs(i, a[i].device)) continue;
+      const DeviceDesc& d = in_.devices[a[i].device - 1];
+      for (const auto& [op, type] : in_.units[i].ops) {
+        if (d.supports && !d.supports(op, type)) {
+          return InvalidArgument(d.name, " cannot run ", in_.units[i].name, ": it has no ", OpName(op), " for ",
+                                 DTypeName(type), " weights");
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
   size_t size() const { return in_.units.size(); }
   uint64_t kv(size_t i) const { return in_.units[i].KvBytes(in_.n_ctx, in_.kv_elem_bytes); }
 
@@ -89,10 +121,8 @@ class Planner {
   }
   // Activations crossing between consecutive units.
   double Edge(const Option& a, const Option& b) const {
-    double s = 0;
-    if (GpuSide(a.prefill) != GpuSide(b.prefill)) s += w_prefill_ * switch_prefill_s_;
-    if (GpuSide(a.decode) != GpuSide(b.decode)) s += w_decode_ * switch_decode_s_;
-    return s;
+    return w_prefill_ * switch_prefill_s_ * Crossings(DeviceAt(a, a.prefill), DeviceAt(b, b.prefill)) +
+           w_decode_ * switch_decode_s_ * Crossings(DeviceAt(a, a.decode), DeviceAt(b, b.decode));
   }
   // Logits back to the host after the last unit.
   double Exit(const Option& o) const {
@@ -143,32 +173,53 @@ class Planner {
   }
 
   struct Account {
-    MemoryAccount gpu, host;
+    MemoryAccount gpu, host;             // gpu: every accelerator together
+    std::vector<MemoryAccount> devices;  // [device]; [0] unused
     uint64_t mmap = 0;
-    uint64_t slot = 0;
+    uint64_t slot = 0;                   // the largest staging slot of any accelerator
   };
+  // The first accelerator whose account exceeds its cap, or 0 when all fit.
+  int Over(const Account& acc) const {
+    for (int d = 1; d <= n_devices_; ++d) {
+      if (acc.devices[d].total() > caps_[d]) return d;
+    }
+    return 0;
+  }
+  bool Fits(const Assignment& a) const { return Over(Measure(a)) == 0; }
   Account Measure(const Assignment& a) const {
     Account acc;
-    bool any_gpu = false;
+    acc.devices.assign(n_devices_ + 1, MemoryAccount{});
+    std::vector<uint64_t> slot(n_devices_ + 1, 0);
+    std::vector<bool> used(n_devices_ + 1, false);
     for (size_t i = 0; i < a.size(); ++i) {
       const UnitSpec& u = in_.units[i];
       const Option& o = a[i];
-      any_gpu |= AnyGpuSide(o);
+      MemoryAccount& dev = acc.devices[AnyGpuSide(o) ? o.device : 0];
+      if (AnyGpuSide(o)) used[o.device] = true;
       if (Resident(o)) {
-        acc.gpu.weights += u.packed_bytes;
+        dev.weights += u.packed_bytes;
       } else if (Streams(o)) {
         acc.host.weights += u.packed_bytes;  // pinned source of the copies
-        acc.slot = std::max(acc.slot, u.packed_bytes);
+        slot[o.device] = std::max(slot[o.device], u.packed_bytes);
       }
       // What the CPU computes with, in either phase: the file's pages or the CPU's repacked copy of them; a unit
       // that also streams is computed from its pinned copy, already counted.
       if ((o.prefill == Placement::kCpu || o.decode == Placement::kCpu) && !Streams(o)) acc.mmap += u.weight_bytes;
-      (AnyGpuSide(o) ? acc.gpu.kv : acc.host.kv) += kv(i);
+      (AnyGpuSide(o) ? dev.kv : acc.host.kv) += kv(i);
     }
-    acc.gpu.staging = 2 * acc.slot;
-    if (any_gpu) {
-      acc.gpu.activations = act_bytes_;
-      acc.gpu.workspace = ws_bytes_;
+    for (int d = 1; d <= n_devices_; ++d) {
+      MemoryAccount& dev = acc.devices[d];
+      dev.staging = 2 * slot[d];
+      if (used[d]) {
+        dev.activations = act_bytes_;
+        dev.workspace = ws_bytes_;
+      }
+      acc.slot = std::max(acc.slot, slot[d]);
+      acc.gpu.weights += dev.weights;
+      acc.gpu.kv += dev.kv;
+      acc.gpu.staging += dev.staging;
+      acc.gpu.activations += dev.activations;
+      acc.gpu.workspace += dev.workspace;
     }
     acc.host.activations = act_bytes_;
     return acc;
@@ -180,6 +231,8 @@ class Planner {
 
  private:
   const PartitionInput& in_;
+  const std::vector<uint64_t> caps_;
+  int n_devices_ = 0;
   int64_t n_eff_ = 1;
   double w_prefill_ = 0, w_decode_ = 0;
   CostQuery q_prefill_, q_prefill_report_, q_decode_;
@@ -191,18 +244,23 @@ class Planner {
 Plan Planner::Finish(const Assignment& a, uint64_t cap, std::string why) const {
   Plan plan;
   const ModelConfig& c = in_.config;
-  plan.has_gpu = in_.has_gpu;
+  plan.has_gpu = !in_.devices.empty();
+  for (const DeviceDesc& d : in_.devices) {
+    plan.devices.push_back(d.name);
+    plan.device += Cat(plan.device.empty() ? "" : "+", d.name);
+  }
+  if (plan.device.empty()) plan.device = "none";
   plan.vram_budget = cap;
   plan.n_ctx = in_.n_ctx;
   plan.prefill_batch = std::max(in_.prefill_batch, 1);
   plan.n_threads = in_.n_threads;
   plan.kv_elem_bytes = in_.kv_elem_bytes;
-  plan.device = in_.has_gpu ? in_.device_name : "none";
   plan.prompt_tokens = in_.prompt_tokens;
   plan.gen_tokens = in_.gen_tokens;
   plan.why = std::move(why);
   const Account acc = Measure(a);
   plan.gpu = acc.gpu;
+  plan.device_accounts = acc.devices;
   plan.host = acc.host;
   plan.host_mmap_bytes = acc.mmap;
   plan.staging_slot_bytes = acc.slot;
@@ -222,6 +280,7 @@ Plan Planner::Finish(const Assignment& a, uint64_t cap, std::string why) const {
     up.layer = u.layer;
     up.prefill = a[i].prefill;
     up.decode = a[i].decode;
+    up.device = AnyGpuSide(a[i]) ? a[i].device : 0;
     up.weight_bytes = u.weight_bytes;
     up.tensors = u.tensors;
     up.kv_bytes = kv(i);
@@ -232,24 +291,25 @@ Plan Planner::Finish(const Assignment& a, uint64_t cap, std::string why) const {
     decode_s += up.predicted_decode_s;
     if (up.prefill == Placement::kStream) prefill_pcie += u.weight_bytes;
     if (up.decode == Placement::kStream) decode_pcie += u.weight_bytes;
-    // Side changes: the token ids enter before embd; activations cross between units.
-    const bool prev_p = i == 0 ? false : GpuSide(a[i - 1].prefill);
-    const bool prev_d = i == 0 ? false : GpuSide(a[i - 1].decode);
-    if (i == 0) {
-      if (GpuSide(up.prefill)) prefill_pcie += batch * sizeof(int32_t);
-      if (GpuSide(up.decode)) decode_pcie += sizeof(int32_t);
-    } else {
-      if (prev_p != GpuSide(up.prefill)) {
-        prefill_pcie += batch * act_row;
-        prefill_s += TransferSeconds(batch * act_row, in_.profile);
-      }
-      if (prev_d != GpuSide(up.decode)) {
-        decode_pcie += act_row;
-        decode_s += TransferSeconds(act_row, in_.profile);
-      }
+    // Device changes: activations cross between units (twice between two accelerators, through the host).
+    if (i > 0) {
+      const int cross_p = Crossings(DeviceAt(a[i - 1], a[i - 1].prefill), DeviceAt(a[i], a[i].prefill));
+      const int cross_d = Crossings(DeviceAt(a[i - 1], a[i - 1].decode), DeviceAt(a[i], a[i].decode));
+      prefill_pcie += cross_p * batch * act_row;
+      prefill_s += cross_p * TransferSeconds(batch * act_row, in_.profile);
+      decode_pcie += cross_d * act_row;
+      decode_s += cross_d * TransferSeconds(act_row, in_.profile);
     }
     plan.units.push_back(std::move(up));
   }
+  // The token ids and positions go to each accelerator that runs something in the phase.
+  std::set<int> prefill_devices, decode_devices;
+  for (const Option& o : a) {
+    if (GpuSide(o.prefill)) prefill_devices.insert(o.device);
+    if (GpuSide(o.decode)) decode_devices.insert(o.device);
+  }
+  prefill_pcie += prefill_devices.size() * batch * 2 * sizeof(int32_t);
+  decode_pcie += decode_devices.size() * 2 * sizeof(int32_t);
   // Logits of the last prompt token / of each decoded token come back to the host.
   if (GpuSide(a.back().prefill)) {
     prefill_pcie += logits_row;
@@ -287,7 +347,7 @@ absl::StatusOr<std::vector<std::optional<Option>>> ApplyRules(const PartitionInp
       for (const std::string& t : u.tensors) any = any || r.Matches(t);
     }
     if (!any) return InvalidArgument("--place '", r.pattern, "=", PlacementName(r.target), "' matches no tensor");
-    if (r.target != Placement::kCpu && !in.has_gpu) {
+    if (r.target != Placement::kCpu && in.devices.empty()) {
       return InvalidArgument("--place '", r.pattern, "=", PlacementName(r.target),
                              "' needs a GPU but there is no GPU device (--device sim:12GiB simulates one)");
     }
@@ -305,41 +365,76 @@ size_t RuleCount(const std::vector<std::optional<Option>>& fixed) {
 }
 
 // ---- counts mode ----
-Assignment CountsAssignment(const PartitionInput& in, const LayerCounts& counts,
+// The accelerator of each layer: resident layers split over the accelerators in order, in proportion to their
+// caps (earlier devices take earlier layers); everything else on the first.
+std::vector<int> LayerDevices(const Planner& pl, const LayerCounts& counts, int n_layer) {
+  std::vector<int> dev(n_layer, 1);
+  const int n_dev = pl.n_devices();
+  if (n_dev <= 1 || counts.gpu == 0) return dev;
+  double total = 0;
+  for (int d = 1; d <= n_dev; ++d) total += static_cast<double>(pl.cap(d));
+  const int first = n_layer - counts.gpu;
+  double cum = 0;
+  int begin = first;
+  for (int d = 1; d <= n_dev; ++d) {
+    cum += static_cast<double>(pl.cap(d));
+    const int end = d == n_dev ? n_layer : first + static_cast<int>(std::lround(counts.gpu * cum / total));
+    for (int l = begin; l < end; ++l) dev[l] = d;
+    begin = std::max(begin, end);
+  }
+  return dev;
+}
+
+Assignment CountsAssignment(const Planner& pl, const LayerCounts& counts,
                             const std::vector<std::optional<Option>>& fixed) {
+  const PartitionInput& in = pl.in();
   Assignment a(in.units.size(), kCpuOpt);
   const int n_layer = in.config.n_layer;
+  const std::vector<int> dev = LayerDevices(pl, counts, n_layer);
   for (size_t i = 0; i < in.units.size(); ++i) {
     const UnitSpec& u = in.units[i];
     Placement p = Placement::kCpu;
+    int d = 1;
     if (u.layer >= 0) {
       p = counts.For(u.layer);
+      d = dev[u.layer];
     } else if (u.kind == UnitKind::kOutput) {
       p = counts.For(n_layer - 1);
+      d = dev[n_layer - 1];
     }
-    a[i] = fixed[i].value_or(Option{p, p});
+    a[i] = fixed[i].value_or(Option{p, p, d});
   }
   return a;
 }
 
-absl::StatusOr<Plan> PartitionCounts(const Planner& pl, uint64_t cap, uint64_t capacity,
+std::string DeviceName(const PartitionInput& in, int device) {
+  return in.devices.size() > 1 ? Cat(" on ", in.devices[device - 1].name) : "";
+}
+
+absl::StatusOr<Plan> PartitionCounts(const Planner& pl, uint64_t capacity,
                                      const std::vector<std::optional<Option>>& fixed) {
   const PartitionInput& in = pl.in();
-  TANDEM_ASSIGN_OR_RETURN(const LayerCounts counts, ResolveCounts(in.request, in.config.n_layer, in.has_gpu));
-  const Assignment a = CountsAssignment(in, counts, fixed);
-  const uint64_t need = pl.Measure(a).gpu.total();
+  TANDEM_ASSIGN_OR_RETURN(const LayerCounts counts,
+                          ResolveCounts(in.request, in.config.n_layer, !in.devices.empty()));
+  const Assignment a = CountsAssignment(pl, counts, fixed);
+  TANDEM_RETURN_IF_ERROR(pl.CheckSupported(a));
   std::string why = Cat("counts: ", counts.cpu, " cpu, ", counts.stream, " stream, ", counts.gpu,
                         " gpu layers (cpu first, gpu last)");
+  if (pl.n_devices() > 1) why += Cat(", resident layers split over ", pl.n_devices(), " devices");
   if (RuleCount(fixed) > 0) why += Cat("; --place rules fixed ", RuleCount(fixed), " units");
-  if (need <= cap) return pl.Finish(a, cap, why);
+  const Planner::Account acc = pl.Measure(a);
+  const int over = pl.Over(acc);
+  if (over == 0) return pl.Finish(a, pl.cap(1), why);
 
   // Say what would fit: fewer resident layers (the rest on the CPU), else fewer streamed ones.
   const std::string asked = in.request.DescribeCounts();
-  const std::string head = Cat(asked, " needs ", FormatBytes(need), " of VRAM (", Breakdown(pl.Measure(a).gpu),
-                               ") but ", DescribeCap(in.request, cap, capacity));
+  const MemoryAccount& need = acc.devices[over];
+  const std::string head =
+      Cat(asked, " needs ", FormatBytes(need.total()), " of VRAM", DeviceName(in, over), " (", Breakdown(need),
+          ") but ", DescribeCap(in.request, pl.cap(over), over == 1 ? capacity : in.devices[over - 1].capacity));
   auto fits = [&](int gpu, int stream) {
     LayerCounts c{in.config.n_layer - gpu - stream, stream, gpu};
-    return pl.Measure(CountsAssignment(in, c, fixed)).gpu.total() <= cap;
+    return pl.Fits(CountsAssignment(pl, c, fixed));
   };
   if (counts.gpu > 0) {
     for (int g = counts.gpu - 1; g >= 0; --g) {
@@ -366,10 +461,12 @@ struct Variant {
   double objective = std::numeric_limits<double>::infinity();
 };
 
-absl::StatusOr<Plan> PartitionAuto(const Planner& pl, uint64_t cap, uint64_t capacity,
+absl::StatusOr<Plan> PartitionAuto(const Planner& pl, uint64_t capacity,
                                    const std::vector<std::optional<Option>>& fixed) {
   const PartitionInput& in = pl.in();
   const size_t n = pl.size();
+  const uint64_t cap = pl.cap(1);  // auto places on the first accelerator
+  const bool has_gpu = !in.devices.empty();
   // Rules that put units on the GPU side must fit by themselves.
   uint64_t forced_slot = 0;
   Assignment rules_only(n, kCpuOpt);
@@ -377,6 +474,7 @@ absl::StatusOr<Plan> PartitionAuto(const Planner& pl, uint64_t cap, uint64_t cap
     if (fixed[i]) rules_only[i] = *fixed[i];
     if (fixed[i] && Streams(*fixed[i])) forced_slot = std::max(forced_slot, in.units[i].packed_bytes);
   }
+  TANDEM_RETURN_IF_ERROR(pl.CheckSupported(rules_only));
   {
     const MemoryAccount g = pl.Measure(rules_only).gpu;
     if (g.total() > cap) {
@@ -387,7 +485,7 @@ absl::StatusOr<Plan> PartitionAuto(const Planner& pl, uint64_t cap, uint64_t cap
 
   // Streaming thresholds: no streaming (or only what rules force), then each distinct unit size above it.
   std::set<uint64_t> thresholds = {forced_slot};
-  if (in.has_gpu) {
+  if (has_gpu) {
     for (size_t i = 0; i < n; ++i) {
       if (!fixed[i] && in.units[i].kind != UnitKind::kEmbd && in.units[i].packed_bytes > forced_slot) {
         thresholds.insert(in.units[i].packed_bytes);
@@ -403,10 +501,10 @@ absl::StatusOr<Plan> PartitionAuto(const Planner& pl, uint64_t cap, uint64_t cap
         allowed[i] = {*fixed[i]};
       } else if (resident[i]) {
         allowed[i] = {kGpuOpt};
-      } else if (u.kind == UnitKind::kEmbd) {
+      } else if (u.kind == UnitKind::kEmbd || !has_gpu || !pl.Runs(i, 1)) {
         allowed[i] = {kCpuOpt};
       } else {
-        const bool can_stream = in.has_gpu && slot > 0 && u.packed_bytes <= slot;
+        const bool can_stream = slot > 0 && u.packed_bytes <= slot;
         allowed[i] = {kCpuOpt};
         if (can_stream && u.kind == UnitKind::kAttn && attn_stream) allowed[i].push_back(kStreamOpt);
         if (can_stream && u.kind != UnitKind::kAttn) {
@@ -435,7 +533,7 @@ absl::StatusOr<Plan> PartitionAuto(const Planner& pl, uint64_t cap, uint64_t cap
     for (size_t i = 0; i < n; ++i) {
       if (fixed[i] && AnyGpuSide(*fixed[i])) used += (Resident(*fixed[i]) ? in.units[i].packed_bytes : 0) + pl.kv(i);
     }
-    if (in.has_gpu && used <= cap) {
+    if (has_gpu && used <= cap) {
       // Greedy by predicted seconds saved per VRAM byte.
       const std::vector<std::vector<Option>> nonres = allowed_for(resident, slot, true);
       struct Cand {
@@ -446,7 +544,7 @@ absl::StatusOr<Plan> PartitionAuto(const Planner& pl, uint64_t cap, uint64_t cap
       std::vector<Cand> cands;
       // Listed last layer first: between equal candidates the later layers become resident, as with counts.
       for (size_t i = n; i-- > 0;) {
-        if (fixed[i] || in.units[i].kind == UnitKind::kEmbd) continue;
+        if (fixed[i] || in.units[i].kind == UnitKind::kEmbd || !pl.Runs(i, 1)) continue;
         double alt = std::numeric_limits<double>::infinity();
         for (const Option& o : nonres[i]) alt = std::min(alt, pl.Node(i, o));
         const double gain = alt - pl.Node(i, kGpuOpt);
@@ -492,10 +590,11 @@ absl::StatusOr<Plan> PartitionAuto(const Planner& pl, uint64_t cap, uint64_t cap
     n_sp += o.prefill == Placement::kStream;
     n_sd += o.decode == Placement::kStream;
   }
-  std::string why = in.has_gpu ? Cat("auto: ", n_res, " units resident, ", n_sp, " streamed in prefill, ", n_sd,
-                                     " streamed in decode, for ", in.prompt_tokens, " prompt + ", in.gen_tokens,
-                                     " generated tokens")
-                               : "auto: no GPU device, everything on the CPU";
+  std::string why = has_gpu ? Cat("auto: ", n_res, " units resident, ", n_sp, " streamed in prefill, ", n_sd,
+                                  " streamed in decode, for ", in.prompt_tokens, " prompt + ", in.gen_tokens,
+                                  " generated tokens")
+                            : "auto: no GPU device, everything on the CPU";
+  if (in.devices.size() > 1) why += Cat(", on ", in.devices[0].name, " only (counts spread layers over devices)");
   if (RuleCount(fixed) > 0) why += Cat("; --place rules fixed ", RuleCount(fixed), " units");
   return pl.Finish(best.a, cap, why);
 }
@@ -509,10 +608,20 @@ uint64_t ActivationBytesEstimate(const ModelConfig& c, int64_t max_tokens) {
 uint64_t GpuWorkspaceEstimate(const ModelConfig& c, int64_t max_tokens, int64_t n_ctx, int n_threads,
                               uint64_t library_bytes) {
   const uint64_t t = static_cast<uint64_t>(std::max<int64_t>(max_tokens, 1));
-  const uint64_t max_cols = static_cast<uint64_t>(std::max({c.n_embd, c.n_ff, c.n_head * c.head_dim}));
+  const uint64_t max_cols = static_cast<uint64_t>(std::max({c.n_embd, c.n_ff, c.n_ff_expert, c.n_head * c.head_dim}));
   const uint64_t score_rows = static_cast<uint64_t>(std::max(kAttentionQueryTile * c.n_head, n_threads));
   const uint64_t scores = score_rows * static_cast<uint64_t>(std::max<int64_t>(n_ctx, 1)) * sizeof(float);
-  return library_bytes + t * max_cols * sizeof(float) + scores;
+  // MoeExperts groups each batch's (token, expert) pairs in device memory.
+  const uint64_t grouping = c.is_moe() ? cpu::MoeGroupingBytes(static_cast<int64_t>(t), c.n_expert, c.n_expert_used) : 0;
+  return library_bytes + t * max_cols * sizeof(float) + scores + grouping;
+}
+
+uint64_t UnitBlockBytes(const UnitWeights& w) {
+  constexpr uint64_t kAlign = 256;
+  uint64_t off = 0;
+  UnitWeights copy = w;
+  copy.ForEach([&](WeightMatrix& m) { off = (off + m.bytes() + kAlign - 1) / kAlign * kAlign; });
+  return off;
 }
 
 absl::StatusOr<Plan> Partition(const PartitionInput& in) {
@@ -521,16 +630,22 @@ absl::StatusOr<Plan> Partition(const PartitionInput& in) {
   if (in.prefill_batch <= 0) return InvalidArgument("the batch size must be > 0, got ", in.prefill_batch);
   if (in.prompt_tokens < 0 || in.gen_tokens < 0) return InvalidArgument("token counts must be >= 0");
   if (in.kv_elem_bytes <= 0) return InvalidArgument("the KV element size must be > 0");
-  uint64_t capacity = in.device_capacity;
-  if (in.has_gpu && capacity == 0) capacity = in.profile.gpu_capacity_bytes;
-  if (in.has_gpu && capacity == 0 && !in.request.vram_budget) {
-    return InvalidArgument("the GPU's memory size is unknown: give --vram-budget");
+  // Each accelerator's cap; the first's capacity may come from the profile.
+  std::vector<uint64_t> caps(in.devices.size() + 1, 0);
+  uint64_t first_capacity = 0;
+  for (size_t d = 0; d < in.devices.size(); ++d) {
+    uint64_t capacity = in.devices[d].capacity;
+    if (d == 0 && capacity == 0) capacity = in.profile.gpu_capacity_bytes;
+    if (capacity == 0 && !in.request.vram_budget) {
+      return InvalidArgument("the memory size of ", in.devices[d].name, " is unknown: give --vram-budget");
+    }
+    if (d == 0) first_capacity = capacity;
+    caps[d + 1] = EffectiveVramCap(in.request, true, capacity);
   }
-  const uint64_t cap = EffectiveVramCap(in.request, in.has_gpu, capacity);
   TANDEM_ASSIGN_OR_RETURN(const std::vector<std::optional<Option>> fixed, ApplyRules(in));
-  const Planner pl(in);
-  if (in.request.counts_given()) return PartitionCounts(pl, cap, capacity, fixed);
-  return PartitionAuto(pl, cap, capacity, fixed);
+  const Planner pl(in, std::move(caps));
+  if (in.request.counts_given()) return PartitionCounts(pl, first_capacity, fixed);
+  return PartitionAuto(pl, first_capacity, fixed);
 }
 
 }  // namespace tandem

@@ -6,28 +6,33 @@
 #include <string>
 #include <vector>
 
+#include "arch/schema.h"
+
 namespace tandem {
 
 enum class Phase { kPrefill = 0, kDecode = 1 };
 
-// Where a unit runs. kGpu: weights resident in VRAM. kCpu: on the CPU from mmap, weights never cross PCIe.
-// kStream: on the GPU, weights copied from pinned RAM into a staging buffer just before use.
+// Where a unit runs, and where its weights live. kCpu: on the host CPU, from the file's pages (or the CPU's own
+// copy of them); weights never cross PCIe. kGpu: on an accelerator, weights resident in its memory. kStream: on an
+// accelerator, weights copied from pinned RAM into a staging buffer just before use. Which accelerator is the
+// unit's `device` (Plan::devices).
 enum class Placement { kCpu = 0, kGpu = 1, kStream = 2 };
 const char* PlacementName(Placement p);  // "cpu", "gpu", "stream"
-
-enum class UnitKind { kEmbd, kAttn, kFfn, kExpert, kOutput };
+// True for placements that run on an accelerator (gpu and stream).
+inline bool GpuSide(Placement p) { return p != Placement::kCpu; }
 
 struct UnitPlan {
-  std::string name;             // "embd", "blk.3.attn", "blk.3.ffn", "blk.3.ffn.expert.5", "output"
+  std::string name;             // "embd", "blk.3.attn", "blk.3.ffn", "output"
   UnitKind kind = UnitKind::kAttn;
   int layer = -1;               // -1 for embd/output
-  int expert = -1;              // only for kExpert
   Placement prefill = Placement::kCpu;
   Placement decode = Placement::kCpu;
+  // The accelerator (an index into Plan::devices, >= 1) of the phases placed gpu or stream; 0 when both are cpu.
+  int device = 0;
   uint64_t weight_bytes = 0;    // bytes of this unit's tensors
   std::vector<std::string> tensors;  // GGUF tensor names in this unit
-  uint64_t kv_bytes = 0;             // attention units: this layer's K+V cache (n_ctx rows); in VRAM when the
-                                     // unit is GPU-side (gpu or stream), else in host RAM
+  uint64_t kv_bytes = 0;             // attention units: this layer's K+V cache (n_ctx rows); on the unit's
+                                     // accelerator when it is GPU-side (gpu or stream), else in host RAM
   double predicted_prefill_s = 0;    // per prefill batch of Plan::prefill_batch tokens
   double predicted_decode_s = 0;     // per decoded token
   Placement at(Phase ph) const { return ph == Phase::kPrefill ? prefill : decode; }
@@ -45,15 +50,18 @@ struct MemoryAccount {
 };
 
 struct Plan {
-  std::vector<UnitPlan> units;  // embd, then per layer attn, ffn (then its experts if split), then output
-  bool has_gpu = false;         // a GPU-side device exists in this plan
-  uint64_t vram_budget = 0;     // bytes; 0 when there is no GPU
-  MemoryAccount gpu;            // VRAM
+  std::vector<UnitPlan> units;  // embd, then per layer attn, ffn, then output
+  // The devices the plan names: [0] is the host CPU ("cpu"), then the accelerators ("sim:12GiB", "cuda:0").
+  std::vector<std::string> devices = {"cpu"};
+  bool has_gpu = false;         // an accelerator exists in this plan
+  uint64_t vram_budget = 0;     // bytes, per accelerator; 0 when there is none
+  MemoryAccount gpu;            // VRAM, all accelerators together
+  std::vector<MemoryAccount> device_accounts;  // [device]: each accelerator's own ([0], the host's, stays empty)
   MemoryAccount host;           // RAM: pinned staging sources, KV on CPU, activations (mmap'd weights not counted)
   uint64_t host_mmap_bytes = 0; // weights the CPU computes with: the file's pages, or the CPU's repacked copy
   uint64_t staging_slot_bytes = 0;  // size of EACH of the two staging buffers (the largest streamed unit); 0: none
   int kv_elem_bytes = 2;        // bytes per cached K/V element the account assumed (2: F16)
-  std::string device;           // the GPU-side device planned for ("sim:12GiB", "cuda:0"), "none" without one
+  std::string device;           // the accelerators planned for, joined by '+' ("sim:12GiB", "cuda:0"), or "none"
   int prompt_tokens = 0;        // the expected mix auto placement minimised the time of
   int gen_tokens = 0;
   int n_ctx = 0;

@@ -32,27 +32,11 @@ std::string Pad(const std::string& s, size_t width, bool right) {
 
 }  // namespace
 
-const char* UnitKindName(UnitKind k) {
-  switch (k) {
-    case UnitKind::kEmbd:
-      return "embd";
-    case UnitKind::kAttn:
-      return "attn";
-    case UnitKind::kFfn:
-      return "ffn";
-    case UnitKind::kExpert:
-      return "expert";
-    case UnitKind::kOutput:
-      return "output";
-  }
-  return "?";
-}
-
 nlohmann::json PlanJson(const Plan& plan, bool with_tensors) {
   nlohmann::json units = nlohmann::json::array();
   for (const UnitPlan& u : plan.units) {
     nlohmann::json j = {{"name", u.name},
-                        {"kind", UnitKindName(u.kind)},
+                        {"kind", std::string(UnitKindName(u.kind))},
                         {"layer", u.layer},
                         {"prefill", PlacementName(u.prefill)},
                         {"decode", PlacementName(u.decode)},
@@ -60,11 +44,19 @@ nlohmann::json PlanJson(const Plan& plan, bool with_tensors) {
                         {"kv_bytes", u.kv_bytes},
                         {"predicted_prefill_ms", u.predicted_prefill_s * 1e3},
                         {"predicted_decode_ms", u.predicted_decode_s * 1e3}};
-    if (u.expert >= 0) j["expert"] = u.expert;
+    if (u.device > 0 && static_cast<size_t>(u.device) < plan.devices.size()) {
+      j["device"] = plan.devices[u.device];
+      j["device_index"] = u.device;
+    }
     if (with_tensors) j["tensors"] = u.tensors;
     units.push_back(std::move(j));
   }
+  nlohmann::json per_device = nlohmann::json::array();
+  for (size_t d = 1; d < plan.device_accounts.size() && d < plan.devices.size(); ++d) {
+    per_device.push_back({{"device", plan.devices[d]}, {"memory", AccountJson(plan.device_accounts[d])}});
+  }
   return {{"device", plan.device},
+          {"devices", per_device},
           {"has_gpu", plan.has_gpu},
           {"why", plan.why},
           {"vram_budget", plan.vram_budget},
@@ -91,11 +83,23 @@ std::string PlanTable(const Plan& plan) {
              "\nplacement: ", plan.why, "\n\n");
   out += Cat(Pad("unit", 14, false), Pad("weights", 11, true), Pad("KV", 11, true), "  ", Pad("prefill", 8, false),
              Pad("decode", 8, false), Pad("prefill ms", 12, true), Pad("decode ms", 11, true), "\n");
+  const bool several = plan.devices.size() > 2;  // then each GPU-side placement names its device
+  auto where = [&](const UnitPlan& u, Placement p) {
+    std::string s = PlacementName(p);
+    if (several && GpuSide(p)) s += Cat("@", u.device);
+    return s;
+  };
   for (const UnitPlan& u : plan.units) {
     out += Cat(Pad(u.name, 14, false), Pad(FormatBytes(u.weight_bytes), 11, true),
-               Pad(u.kv_bytes ? FormatBytes(u.kv_bytes) : "-", 11, true), "  ", Pad(PlacementName(u.prefill), 8, false),
-               Pad(PlacementName(u.decode), 8, false), Pad(Fmt("%.3f", u.predicted_prefill_s * 1e3), 12, true),
+               Pad(u.kv_bytes ? FormatBytes(u.kv_bytes) : "-", 11, true), "  ", Pad(where(u, u.prefill), 8, false),
+               Pad(where(u, u.decode), 8, false), Pad(Fmt("%.3f", u.predicted_prefill_s * 1e3), 12, true),
                Pad(Fmt("%.3f", u.predicted_decode_s * 1e3), 11, true), "\n");
+  }
+  if (several) {
+    for (size_t d = 1; d < plan.devices.size(); ++d) {
+      const uint64_t total = d < plan.device_accounts.size() ? plan.device_accounts[d].total() : 0;
+      out += Cat("@", d, " is ", plan.devices[d], ": ", FormatBytes(total), "\n");
+    }
   }
   out += Cat("\n", Pad("memory", 14, false), Pad("GPU", 12, true), Pad("host", 12, true), "\n");
   const std::pair<const char*, uint64_t MemoryAccount::*> rows[] = {

@@ -19,6 +19,4 @@ nlohmann::json PlanJson(const Plan& plan, bool with_tensors = false);
 // The placement table per unit and phase, the memory per device, predicted tokens/s and PCIe bytes per token.
 std::string PlanTable(const Plan& plan);
 
-const char* UnitKindName(UnitKind k);  // "embd", "attn", "ffn", "expert", "output"
-
 }  // namespace tandem

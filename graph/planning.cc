@@ -3,11 +3,12 @@
 #include <algorithm>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "core/status.h"
 #include "gpu_backend/cuda_backend.h"
 #include "graph/calibrate.h"
 #include "graph/partitioner.h"
-#include "graph/sim_backend.h"
+#include "sim_backend/sim_backend.h"
 
 namespace tandem {
 namespace {
@@ -25,37 +26,39 @@ void TakeGpuNumbers(const MachineProfile& gpu, MachineProfile* p) {
   p->gpu_library_workspace_bytes = gpu.gpu_library_workspace_bytes;
 }
 
-absl::StatusOr<DeviceSetup> SetupCuda(int index, const DeviceSetupOptions& opts, MachineProfile cpu,
-                                      bool file_has_gpu) {
-  DeviceSetup d;
-  d.spec = Cat("cuda:", index);
-  d.has_gpu = true;
+absl::StatusOr<AcceleratorSetup> SetupCuda(int index, const DeviceSetupOptions& opts, MachineProfile* profile,
+                                           bool use_profile, bool* measured) {
+  AcceleratorSetup a;
+  a.spec = Cat("cuda:", index);
+  a.supports = CudaSupports;
   CudaOptions co;
   co.device = index;
   co.vram_budget = opts.cuda_vram_budget;
-  TANDEM_ASSIGN_OR_RETURN(d.backend, CreateCudaBackend(co));
-  d.capacity = d.backend->capacity();
-  d.profile = std::move(cpu);  // a --profile file with GPU numbers is used as is
-  absl::StatusOr<MachineProfile> cached =
-      file_has_gpu ? absl::StatusOr<MachineProfile>(d.profile) : LoadProfile(ProfileCachePath(d.spec));
-  if (cached.ok() && cached->has_gpu) {
-    TakeGpuNumbers(*cached, &d.profile);
-  } else {
-    CalibrateOptions co2;
-    co2.n_threads = opts.n_threads;
-    co2.quick = opts.quick_calibration;
-    MachineProfile measured = d.profile;
-    TANDEM_RETURN_IF_ERROR(CalibrateDevice(*d.backend, co2, &measured));
-    measured.device = d.spec;
-    (void)SaveProfile(ProfileCachePath(d.spec), measured);
-    TakeGpuNumbers(measured, &d.profile);
-    d.measured = true;
+  TANDEM_ASSIGN_OR_RETURN(a.backend, CreateCudaBackend(co));
+  a.capacity = a.backend->capacity();
+  if (profile != nullptr) {
+    // A --profile file with GPU numbers is used as is.
+    absl::StatusOr<MachineProfile> cached =
+        use_profile ? absl::StatusOr<MachineProfile>(*profile) : LoadProfile(ProfileCachePath(a.spec));
+    if (cached.ok() && cached->has_gpu) {
+      TakeGpuNumbers(*cached, profile);
+    } else {
+      CalibrateOptions co2;
+      co2.n_threads = opts.n_threads;
+      co2.quick = opts.quick_calibration;
+      MachineProfile measured_profile = *profile;
+      TANDEM_RETURN_IF_ERROR(CalibrateDevice(*a.backend, co2, &measured_profile));
+      measured_profile.device = a.spec;
+      (void)SaveProfile(ProfileCachePath(a.spec), measured_profile);
+      TakeGpuNumbers(measured_profile, profile);
+      *measured = true;
+    }
+    profile->device = a.spec;
+    profile->has_gpu = true;
+    profile->gpu_capacity_bytes = a.capacity;
   }
-  d.profile.device = d.spec;
-  d.profile.has_gpu = true;
-  d.profile.gpu_capacity_bytes = d.capacity;
-  if (!opts.open_backend) d.backend.reset();  // its size was all the caller needed
-  return d;
+  if (!opts.open_backend) a.backend.reset();  // its size was all the caller needed
+  return a;
 }
 
 }  // namespace
@@ -85,37 +88,51 @@ absl::StatusOr<DeviceSetup> SetupDevice(std::string_view spec, const DeviceSetup
     TANDEM_ASSIGN_OR_RETURN(cpu, CachedCpuProfile(co, &measured));
   }
 
+  DeviceSetup d;
+  d.measured = measured;
   if (cpu_only) {
-    DeviceSetup d;
-    d.spec = "none";
     d.profile = std::move(cpu);
     d.profile.has_gpu = false;
-    d.measured = measured;
     return d;
   }
-  if (spec.rfind("sim:", 0) == 0) {
-    TANDEM_ASSIGN_OR_RETURN(const SimOptions sim, ParseSimSpec(spec));
-    DeviceSetup d;
-    d.spec = sim.spec;
-    d.has_gpu = true;
-    d.capacity = sim.capacity;
-    d.profile = SimProfile(cpu, sim);
-    d.measured = measured;
-    if (opts.open_backend) d.backend = std::make_unique<SimBackend>(sim);
-    return d;
-  }
-  if (spec == "cuda" || spec.rfind("cuda:", 0) == 0) {
-    int index = 0;
-    if (spec.size() > 5 && (!absl::SimpleAtoi(absl::string_view(spec.data() + 5, spec.size() - 5), &index) ||
-                            index < 0)) {
-      return InvalidArgument("invalid device '", spec, "' (expected cuda or cuda:I)");
+  d.profile = cpu;
+  const std::vector<std::string> specs = absl::StrSplit(absl::string_view(spec.data(), spec.size()), '+');
+  for (const std::string& one : specs) {
+    const bool first = d.accelerators.empty();
+    if (one.rfind("sim:", 0) == 0) {
+      TANDEM_ASSIGN_OR_RETURN(const SimOptions sim, ParseSimSpec(one));
+      AcceleratorSetup a;
+      a.spec = sim.spec;
+      a.capacity = sim.capacity;
+      a.supports = SimSupports;
+      if (opts.open_backend) a.backend = std::make_unique<SimBackend>(sim);
+      if (first) d.profile = SimProfile(cpu, sim);
+      d.accelerators.push_back(std::move(a));
+      continue;
     }
-    if (spec == "cuda:") return InvalidArgument("invalid device 'cuda:' (expected cuda or cuda:I)");
-    TANDEM_ASSIGN_OR_RETURN(DeviceSetup d, SetupCuda(index, opts, std::move(cpu), file_has_gpu));
-    d.measured = d.measured || measured;
-    return d;
+    if (one == "cuda" || one.rfind("cuda:", 0) == 0) {
+      int index = 0;
+      if (one == "cuda:" || (one.size() > 5 && (!absl::SimpleAtoi(absl::string_view(one).substr(5), &index) ||
+                                                index < 0))) {
+        return InvalidArgument("invalid device '", one, "' (expected cuda or cuda:I)");
+      }
+      bool cuda_measured = false;
+      TANDEM_ASSIGN_OR_RETURN(AcceleratorSetup a, SetupCuda(index, opts, first ? &d.profile : nullptr, file_has_gpu,
+                                                            &cuda_measured));
+      d.measured = d.measured || cuda_measured;
+      d.accelerators.push_back(std::move(a));
+      continue;
+    }
+    if (specs.size() > 1 && (one == "auto" || one == "none" || one == "cpu")) {
+      return InvalidArgument("device '", one, "' cannot be one of several; list accelerators: cuda:I or sim:...");
+    }
+    return InvalidArgument("unknown device '", one, "' (expected auto, none, cuda[:I] or sim:VRAM[,pcie=GBPS])");
   }
-  return InvalidArgument("unknown device '", spec, "' (expected auto, none, cuda[:I] or sim:VRAM[,pcie=GBPS])");
+  d.has_gpu = true;
+  d.capacity = d.accelerators.front().capacity;
+  d.spec.clear();
+  for (const AcceleratorSetup& a : d.accelerators) d.spec += Cat(d.spec.empty() ? "" : "+", a.spec);
+  return d;
 }
 
 absl::StatusOr<Plan> PlanModel(const GgufFile& file, const ModelConfig& cfg, const DeviceSetup& dev,
@@ -125,9 +142,9 @@ absl::StatusOr<Plan> PlanModel(const GgufFile& file, const ModelConfig& cfg, con
   TANDEM_ASSIGN_OR_RETURN(in.units, BuildUnits(file, cfg));
   in.profile = dev.profile;
   in.request = req;
-  in.has_gpu = dev.has_gpu;
-  in.device_capacity = dev.capacity;
-  in.device_name = dev.spec;
+  for (const AcceleratorSetup& a : dev.accelerators) {
+    in.devices.push_back(DeviceDesc{.name = a.spec, .capacity = a.capacity, .supports = a.supports});
+  }
   in.n_ctx = opts.n_ctx > 0 ? opts.n_ctx : DefaultContext(cfg);
   in.kv_elem_bytes = opts.kv_elem_bytes;
   in.prefill_batch = std::max(1, std::min(opts.n_batch, in.n_ctx));

@@ -1,5 +1,5 @@
-// From a --device spec and a model to a Plan: opens (or describes) the GPU-side device, finds its profile, and
-// runs the partitioner. Used by `tandem plan`, `tandem calibrate` and the engine.
+// From a --device spec and a model to a Plan: opens (or describes) the accelerators, finds their profile, and runs
+// the partitioner. Used by `tandem plan`, `tandem calibrate` and the engine.
 #pragma once
 
 #include <memory>
@@ -8,9 +8,9 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "arch/model_config.h"
 #include "core/gguf.h"
-#include "core/model_config.h"
-#include "graph/backend.h"
+#include "runtime/backend.h"
 #include "graph/placement.h"
 #include "graph/plan.h"
 #include "graph/profile.h"
@@ -29,18 +29,26 @@ struct DeviceSetupOptions {
   uint64_t cuda_vram_budget = 0;  // passed to the CUDA backend (0: all free memory)
 };
 
+struct AcceleratorSetup {
+  std::string spec;                  // "sim:12GiB,pcie=25", "cuda:0"
+  uint64_t capacity = 0;             // memory the backend may hand out
+  bool (*supports)(Op, DType) = nullptr;  // what its backend runs (Backend::Supports), known without opening it
+  std::unique_ptr<Backend> backend;  // the device when opened
+};
+
 struct DeviceSetup {
-  std::string spec = "none";         // "none", "sim:12GiB,pcie=25", "cuda:0"
-  bool has_gpu = false;
-  uint64_t capacity = 0;             // GPU memory the backend may hand out
-  MachineProfile profile;            // CPU numbers plus this device's GPU-side numbers
-  std::unique_ptr<Backend> backend;  // the device when opened; null for none
+  std::string spec = "none";         // the accelerators' specs joined by '+', or "none"
+  bool has_gpu = false;              // at least one accelerator
+  uint64_t capacity = 0;             // the first accelerator's memory
+  MachineProfile profile;            // CPU numbers plus the first accelerator's GPU-side numbers
+  std::vector<AcceleratorSetup> accelerators;  // device 1, 2, ... of the plans made with it
   bool measured = false;             // a profile was measured (not read from a file or the cache)
 };
 
-// spec: auto|none|cpu|cuda[:I]|sim:VRAM[,pcie=GBPS][,gpu_gbps=GBPS]. auto is cuda:0 when a CUDA device exists,
-// else none. Profiles: the CPU one from ProfileCachePath("cpu") (measured once), the CUDA one from
-// ProfileCachePath("cuda:I") (measured once), the sim one derived from the spec (SimProfile).
+// spec: auto|none|cpu, or accelerators joined by '+': cuda[:I] and sim:VRAM[,pcie=GBPS][,gpu_gbps=GBPS]
+// ("sim:12GiB+sim:12GiB" is two simulated GPUs). auto is cuda:0 when a CUDA device exists, else none. Profiles:
+// the CPU one from ProfileCachePath("cpu") (measured once), the CUDA one from ProfileCachePath("cuda:I") (measured
+// once), the sim one derived from the spec (SimProfile); the plan predicts every accelerator with the first's.
 absl::StatusOr<DeviceSetup> SetupDevice(std::string_view spec, const DeviceSetupOptions& opts);
 
 struct PlanOptions {

@@ -16,6 +16,7 @@
 #include "core/status.h"
 #include "cpu_backend/read_bandwidth.h"
 #include "graph/engine.h"
+#include "graph/partitioner.h"
 #include "nlohmann/json.hpp"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
@@ -99,20 +100,11 @@ absl::StatusOr<BenchFlags> ParseBenchFlags(std::span<const std::string> argv, bo
   return f;
 }
 
-// Weight bytes one decoded token reads: every matrix once, experts in proportion k / n_expert, one embedding row.
-uint64_t DecodeBytesPerToken(const GgufFile& file, const ModelConfig& cfg) {
+// Weight bytes one decoded token reads, as the cost model counts them from the model's own unit functions: every
+// matrix once, the k routed experts of each MoE layer, one embedding row.
+uint64_t DecodeBytesPerToken(const ModelSchema& model) {
   double bytes = 0;
-  for (const GgufTensorInfo& t : file.tensors()) {
-    if (t.name == "token_embd.weight" && !cfg.tied_output) {
-      bytes += static_cast<double>(t.nbytes) / cfg.n_vocab;
-    } else if (t.name.find("_exps") != std::string::npos || (cfg.legacy_experts && t.name.find(".ffn_") != std::string::npos &&
-                                                              t.name.find("ffn_norm") == std::string::npos &&
-                                                              t.name.find("gate_inp") == std::string::npos)) {
-      bytes += static_cast<double>(t.nbytes) * cfg.n_expert_used / cfg.n_expert;
-    } else {
-      bytes += static_cast<double>(t.nbytes);
-    }
-  }
+  for (const UnitSpec& u : BuildUnits(model)) bytes += WorkOf(u, 1, 1, 2).weight_bytes_read;
   return static_cast<uint64_t>(bytes);
 }
 
@@ -164,7 +156,7 @@ int CmdBench(std::span<const std::string> argv) {
   Engine& e = **engine_or;
   const ModelConfig& cfg = e.config();
   const int n_threads = f.n_threads > 0 ? f.n_threads : omp_get_max_threads();
-  const uint64_t decode_bytes = DecodeBytesPerToken(e.file(), cfg);
+  const uint64_t decode_bytes = DecodeBytesPerToken(e.model());
 
   std::unique_ptr<cpu::ReadBandwidthProbe> probe;
   if (f.probe) probe = std::make_unique<cpu::ReadBandwidthProbe>();

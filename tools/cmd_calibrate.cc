@@ -5,7 +5,7 @@
 #include "gpu_backend/cuda_backend.h"
 #include "graph/calibrate.h"
 #include "graph/profile.h"
-#include "graph/sim_backend.h"
+#include "sim_backend/sim_backend.h"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
 

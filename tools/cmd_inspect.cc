@@ -8,8 +8,8 @@
 #include <string>
 
 #include "core/gguf.h"
-#include "core/model_config.h"
-#include "core/model_summary.h"
+#include "arch/model_config.h"
+#include "arch/summary.h"
 #include "core/status.h"
 #include "nlohmann/json.hpp"
 #include "tools/cli_util.h"
@@ -192,7 +192,7 @@ void PrintText(const GgufFile& f, const ModelConfig* cfg, const ModelSummary& s)
     } else {
       std::printf("  dense FFN (no experts)\n");
     }
-    std::printf("  output head %s, bos %d, eos %d\n", c.tied_output ? "tied to token_embd" : "separate", c.bos_id,
+    std::printf("  output head %s, bos %d, eos %d\n", c.tied_output ? "tied to the token embeddings" : "separate", c.bos_id,
                 c.eos_id);
   } else {
     const GgufValue* arch = f.Find("general.architecture");

@@ -3,7 +3,7 @@
 #include <filesystem>
 
 #include "core/gguf.h"
-#include "core/model_config.h"
+#include "arch/model_config.h"
 #include "core/status.h"
 #include "graph/plan_report.h"
 #include "graph/planning.h"

@@ -10,10 +10,13 @@ namespace tandem::cli {
 namespace {
 
 constexpr const char* kSynthUsage = R"(usage: tandem synth --arch llama|mixtral [--layers N] [--embd D] [--ff F] [--heads H] [--kv-heads K]
-                    [--experts E] [--experts-used U] [--vocab V] [--seed S] [--zeros] --type TYPE -o FILE
+                    [--experts E] [--experts-used U] [--vocab V] [--seed S] [--zeros] [--llama3-rope]
+                    --type TYPE -o FILE
 Defaults: --arch mixtral is Mixtral-8x7B (4096 embd, 32/8 heads, 14336 ff, 8 experts top-2, 32000 vocab, 32 layers);
 --arch llama is Llama-2-7B. TYPE: F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K (norms and the router stay F32).
 --zeros leaves every weight zero, as holes in a sparse file: instant and free on disk, for `tandem plan`.
+--llama3-rope writes rope_freqs.weight, Llama 3.1's RoPE scaling (factor 8, low 1, high 4, original context 8192)
+as llama.cpp's converter writes it.
 )";
 
 }  // namespace
@@ -36,6 +39,10 @@ int CmdSynth(std::span<const std::string> argv) {
     }
     if (flag == "--zeros") {
       o.zeros = true;
+      continue;
+    }
+    if (flag == "--llama3-rope") {
+      o.llama3_rope = true;
       continue;
     }
     absl::StatusOr<std::string> v = args.Value(flag);

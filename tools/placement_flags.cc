@@ -48,6 +48,7 @@ absl::StatusOr<bool> ParsePlacementFlag(const std::string& flag, ArgReader& args
 const char* PlacementFlagsHelp() {
   return R"(placement:
   --device auto|none|cuda[:I]|sim:VRAM[,pcie=GBPS][,gpu_gbps=GBPS]   (default auto)
+                       several accelerators joined by '+' (sim:12GiB+sim:12GiB): resident layers split over them
   --gpu-layers N       layers resident on the GPU (the last N layers)
   --cpu-layers N       layers computed on the CPU (weights never cross PCIe)
   --stream-layers N    layers computed on the GPU with weights streamed just in time

@@ -12,7 +12,7 @@
 namespace tandem::cli {
 
 struct PlacementFlags {
-  std::string device = "auto";          // auto|none|cuda[:I]|sim:VRAM[,pcie=GBPS][,gpu_gbps=GBPS]
+  std::string device = "auto";          // auto|none, or accelerators joined by '+': cuda[:I], sim:VRAM[,...]
   std::optional<int> gpu_layers;        // --gpu-layers N
   std::optional<int> cpu_layers;        // --cpu-layers N
   std::optional<int> stream_layers;     // --stream-layers N

@@ -6,6 +6,8 @@
 #include <functional>
 #include <vector>
 
+#include "arch/arch.h"
+#include "runtime/rope_scaling.h"
 #include "core/gguf.h"
 #include "core/quant.h"
 #include "core/status.h"
@@ -42,15 +44,17 @@ struct TensorSpec {
   int n_dims;
   std::array<int64_t, 4> ne;
   DType type;
-  enum Init { kMatrix, kNorm } init;
+  TensorRole role;
 };
 
-// Fills `dst` (the tensor's bytes) row by row: N(0, 1/fan_in) matrices or 1 + 0.05 N norms, then quantized.
+// Fills `dst` (the tensor's bytes) row by row: N(0, 1/fan_in) matrices, 1 + 0.05 N norms, 0.02 N biases, then
+// quantized.
 absl::Status Produce(const TensorSpec& t, uint64_t seed, uint8_t* dst) {
   const int64_t cols = t.ne[0];
   const int64_t rows = t.ne[1] * t.ne[2] * t.ne[3];
   const size_t row_bytes = RowBytes(t.type, cols);
-  const float scale = t.init == TensorSpec::kNorm ? 0.05f : 1.0f / std::sqrt(static_cast<float>(cols));
+  const bool norm = t.role == TensorRole::kNorm || t.role == TensorRole::kRopeFactors;
+  const float scale = norm ? 0.05f : t.role == TensorRole::kBias ? 0.02f : 1.0f / std::sqrt(static_cast<float>(cols));
   const uint64_t base = seed ^ HashName(t.name);
   absl::Status first_error;
 #pragma omp parallel
@@ -59,9 +63,7 @@ absl::Status Produce(const TensorSpec& t, uint64_t seed, uint8_t* dst) {
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
       Rng rng{base + static_cast<uint64_t>(r) * 0x632be59bd9b4e019ull};
-      for (int64_t c = 0; c < cols; ++c) {
-        row[c] = (t.init == TensorSpec::kNorm ? 1.0f : 0.0f) + scale * rng.Normal();
-      }
+      for (int64_t c = 0; c < cols; ++c) row[c] = (norm ? 1.0f : 0.0f) + scale * rng.Normal();
       absl::Status st = QuantizeRow(t.type, row.data(), dst + r * row_bytes, cols, QuantizeEffort::kFast);
       if (!st.ok()) {
 #pragma omp critical
@@ -136,68 +138,76 @@ absl::Status WriteSyntheticModel(const SynthOptions& o) {
   if (o.n_embd % block != 0 || o.n_ff % block != 0) {
     return InvalidArgument("synth: --embd and --ff must be multiples of ", block, " for ", DTypeName(o.type));
   }
-  const int head_dim = o.n_embd / o.n_head;
-  const int64_t kv_dim = static_cast<int64_t>(o.n_head_kv) * head_dim;
+
+  // The model as its family sees it; the family's keys and schema say what the file holds.
+  const Architecture& arch = *FindArchitecture("llama");  // Mixtral files are llama-family files with experts
+  ModelConfig c;
+  c.arch = std::string(arch.name());
+  c.n_layer = o.n_layer;
+  c.n_embd = o.n_embd;
+  c.n_ff = o.n_ff;
+  c.n_ff_expert = moe ? o.n_ff : 0;
+  c.n_head = o.n_head;
+  c.n_head_kv = o.n_head_kv;
+  c.head_dim = o.n_embd / o.n_head;
+  c.n_rot = c.head_dim;
+  c.n_ctx_train = o.n_ctx;
+  c.n_vocab = o.n_vocab;
+  c.n_expert = moe ? o.n_expert : 0;
+  c.n_expert_used = moe ? o.n_expert_used : 0;
+  c.rms_eps = 1e-5f;
+  c.rope_freq_base = o.rope_freq_base;
 
   std::vector<GgufKV> kv;
   const uint32_t file_type = o.type == DType::kF32 ? 0 : o.type == DType::kF16 ? 1 : o.type == DType::kQ4_0 ? 2
                            : o.type == DType::kQ8_0 ? 7 : o.type == DType::kQ4_K ? 15 : o.type == DType::kQ5_K ? 17
                            : o.type == DType::kQ6_K ? 18 : o.type == DType::kBF16 ? 32 : 0;
-  kv.push_back({"general.architecture", GgufStr("llama")});
+  kv.push_back({"general.architecture", GgufStr(c.arch)});
   kv.push_back({"general.name", GgufStr(Cat("tandem-synth-", o.arch, "-", o.n_layer, "L-", DTypeName(o.type)))});
   kv.push_back({"general.file_type", GgufU32(file_type)});
   kv.push_back({"general.quantization_version", GgufU32(2)});
-  kv.push_back({"llama.block_count", GgufU32(o.n_layer)});
-  kv.push_back({"llama.context_length", GgufU32(o.n_ctx)});
-  kv.push_back({"llama.embedding_length", GgufU32(o.n_embd)});
-  kv.push_back({"llama.feed_forward_length", GgufU32(o.n_ff)});
-  kv.push_back({"llama.attention.head_count", GgufU32(o.n_head)});
-  kv.push_back({"llama.attention.head_count_kv", GgufU32(o.n_head_kv)});
-  kv.push_back({"llama.rope.dimension_count", GgufU32(head_dim)});
-  kv.push_back({"llama.rope.freq_base", GgufF32(o.rope_freq_base)});
-  kv.push_back({"llama.attention.layer_norm_rms_epsilon", GgufF32(1e-5f)});
-  kv.push_back({"llama.vocab_size", GgufU32(o.n_vocab)});
-  if (moe) {
-    kv.push_back({"llama.expert_count", GgufU32(o.n_expert)});
-    kv.push_back({"llama.expert_used_count", GgufU32(o.n_expert_used)});
+  for (const HParam& p : arch.hparams()) {
+    double v = 0;
+    if (!HParamWritten(p, c, &v)) continue;
+    const std::string key = Cat(c.arch, ".", p.key);
+    kv.push_back({key, p.int_field != nullptr ? GgufU32(static_cast<uint32_t>(v)) : GgufF32(static_cast<float>(v))});
   }
+  kv.push_back({Cat(c.arch, ".vocab_size"), GgufU32(o.n_vocab)});
   AddVocab(kv, o.n_vocab);
 
+  // Every tensor the schema wants, the head untied, in unit order: embeddings, each layer's, the output's. The
+  // RoPE factors when asked for: Llama 3.1's scaling, computed as the converter computes them.
+  const std::vector<float> rope_factors =
+      o.llama3_rope ? Llama3RopeFreqFactors(c.n_rot, c.rope_freq_base, 8.0f, 1.0f, 4.0f, 8192) : std::vector<float>();
   std::vector<TensorSpec> specs;
-  auto mat = [&](std::string name, int64_t in, int64_t out, int64_t n_exp = 1) {
-    specs.push_back({std::move(name), n_exp > 1 ? 3 : 2, {in, out, n_exp, 1}, o.type, TensorSpec::kMatrix});
+  auto add = [&](const TensorEntry& e, int layer) {
+    const bool extra = e.role == TensorRole::kRopeFactors && o.llama3_rope;
+    if (!EntryWanted(e, c) && e.fallback.empty() && !extra) return;
+    TensorSpec t{.name = TensorName(e.name, layer), .n_dims = e.n_dims, .ne = {1, 1, 1, 1},
+                 .type = e.role == TensorRole::kMatrix ? o.type : DType::kF32, .role = e.role};
+    for (int d = 0; d < e.n_dims; ++d) t.ne[d] = DimValue(e.shape[d], c);
+    specs.push_back(std::move(t));
   };
-  auto norm = [&](std::string name, int64_t n) {
-    specs.push_back({std::move(name), 1, {n, 1, 1, 1}, DType::kF32, TensorSpec::kNorm});
-  };
-  mat("token_embd.weight", o.n_embd, o.n_vocab);
+  for (const TensorEntry& e : arch.schema()) {
+    if (!e.per_layer() && e.unit != UnitKind::kOutput) add(e, -1);
+  }
   for (int il = 0; il < o.n_layer; ++il) {
-    const std::string b = Cat("blk.", il, ".");
-    norm(b + "attn_norm.weight", o.n_embd);
-    mat(b + "attn_q.weight", o.n_embd, o.n_embd);
-    mat(b + "attn_k.weight", o.n_embd, kv_dim);
-    mat(b + "attn_v.weight", o.n_embd, kv_dim);
-    mat(b + "attn_output.weight", o.n_embd, o.n_embd);
-    norm(b + "ffn_norm.weight", o.n_embd);
-    if (moe) {
-      specs.push_back({b + "ffn_gate_inp.weight", 2, {o.n_embd, o.n_expert, 1, 1}, DType::kF32, TensorSpec::kMatrix});
-      mat(b + "ffn_gate_exps.weight", o.n_embd, o.n_ff, o.n_expert);
-      mat(b + "ffn_up_exps.weight", o.n_embd, o.n_ff, o.n_expert);
-      mat(b + "ffn_down_exps.weight", o.n_ff, o.n_embd, o.n_expert);
-    } else {
-      mat(b + "ffn_gate.weight", o.n_embd, o.n_ff);
-      mat(b + "ffn_up.weight", o.n_embd, o.n_ff);
-      mat(b + "ffn_down.weight", o.n_ff, o.n_embd);
+    for (const TensorEntry& e : arch.schema()) {
+      if (e.per_layer()) add(e, il);
     }
   }
-  norm("output_norm.weight", o.n_embd);
-  mat("output.weight", o.n_embd, o.n_vocab);
+  for (const TensorEntry& e : arch.schema()) {
+    if (!e.per_layer() && e.unit == UnitKind::kOutput) add(e, -1);
+  }
 
   std::vector<GgufWriteTensor> tensors;
   tensors.reserve(specs.size());
   for (const TensorSpec& s : specs) {
     GgufWriteTensor t{.name = s.name, .type = s.type, .n_dims = s.n_dims, .ne = s.ne};
-    if (o.zeros) {
+    if (s.role == TensorRole::kRopeFactors) {
+      t.data = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(rope_factors.data()),
+                                        rope_factors.size() * sizeof(float));
+    } else if (o.zeros) {
       t.zeros = true;
     } else {
       t.produce = [&s, seed = o.seed](uint8_t* dst, size_t) { return Produce(s, seed, dst); };

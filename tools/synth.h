@@ -24,6 +24,7 @@ struct SynthOptions {
   DType type = DType::kQ4_0;  // matrices; norms and the router stay F32
   uint64_t seed = 1;
   bool zeros = false;    // all-zero weights left as file holes: instant, for plan and load tests
+  bool llama3_rope = false;  // rope_freqs.weight with Llama 3.1's frequency factors
   std::string output;
 };
 

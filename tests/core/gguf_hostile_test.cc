@@ -9,7 +9,7 @@
 #include <random>
 
 #include "core/gguf.h"
-#include "core/model_config.h"
+#include "arch/model_config.h"
 #include "core/status.h"
 #include "tests/core/tiny_gguf.h"
 #include "tests/testutil.h"

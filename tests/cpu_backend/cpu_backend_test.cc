@@ -12,6 +12,7 @@
 #include "core/quant.h"
 #include "core/status.h"
 #include "cpu_backend/repack.h"
+#include "tests/cpu_backend/expert_fixture.h"
 #include "tests/testutil.h"
 
 namespace tandem {
@@ -23,7 +24,7 @@ using test::RandomNormal;
 
 constexpr double kTolMatMulF32 = 1e-12;  // float accumulation against double; measured around 1e-14
 
-std::unique_ptr<Backend> MakeBackend(size_t capacity = SIZE_MAX) {
+std::unique_ptr<CpuBackendApi> MakeBackend(size_t capacity = SIZE_MAX) {
   return CreateCpuBackend(CpuBackendOptions{.n_threads = 0, .capacity = capacity});
 }
 
@@ -31,8 +32,8 @@ TEST(CpuBackend, Basics) {
   auto b = MakeBackend();
   EXPECT_TRUE(b->host_memory());
   EXPECT_FALSE(b->name().empty());
-  for (Op op : {Op::kGetRows, Op::kRmsNorm, Op::kMatMul, Op::kRope, Op::kAttention, Op::kSwiGlu, Op::kAdd,
-                Op::kMoeRoute}) {
+  for (int i = 0; i < kNumOps; ++i) {
+    const Op op = static_cast<Op>(i);
     for (DType t : {DType::kF32, DType::kF16, DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K}) {
       EXPECT_TRUE(b->Supports(op, t));
     }
@@ -94,12 +95,11 @@ TEST(CpuBackend, PeakAndAlignment) {
 
 TEST(CpuBackend, WorkspaceIsCountedAndReplaced) {
   auto b = MakeBackend();
-  const WorkspaceSpec spec{.max_tokens = 8, .max_cols = 4096, .max_rows = 11008, .n_ctx = 512, .n_head = 32,
-                           .n_threads = 2};
+  const WorkspaceSpec spec{.max_tokens = 8, .max_cols = 4096, .max_rows = 11008, .n_ctx = 512, .n_head = 32};
   ASSERT_TRUE(b->ReserveWorkspace(spec).ok());
   const size_t first = b->bytes_in_use();
   // Room for the widest matmul's activations in any weight type's dot-product format, plus a score row per thread.
-  const size_t attention = cpu::AttentionScratchBytes(512, 32, 2);
+  const size_t attention = cpu::AttentionScratchBytes(512, 32, omp_get_max_threads());
   for (DType t : {DType::kF32, DType::kF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K}) {
     EXPECT_GE(first, cpu::MatMulScratchBytes(t, 4096, 8) + attention) << DTypeName(t);
   }
@@ -153,8 +153,8 @@ TEST(CpuBackend, ComputeWithoutWorkspaceIsAStickyError) {
 TEST(CpuBackend, MatMulAndAttentionUseTheWorkspace) {
   auto b = MakeBackend();
   const int64_t rows = 24, cols = 96, n_tok = 5;
-  ASSERT_TRUE(b->ReserveWorkspace(WorkspaceSpec{.max_tokens = n_tok, .max_cols = cols, .max_rows = rows, .n_ctx = 16,
-                                                .n_head = 4, .n_threads = 1})
+  ASSERT_TRUE(b->ReserveWorkspace(
+                     WorkspaceSpec{.max_tokens = n_tok, .max_cols = cols, .max_rows = rows, .n_ctx = 16, .n_head = 4})
                   .ok());
   const auto w = RandomNormal(rows * cols, 1);
   std::vector<f16_t> w16(w.size());
@@ -188,36 +188,28 @@ TEST(CpuBackend, MatMulAndAttentionUseTheWorkspace) {
   EXPECT_TRUE(b->TakeError().ok());
 }
 
-TEST(CpuBackend, InlineVectorOps) {
+TEST(CpuBackend, RouterAndVectorOps) {
   auto b = MakeBackend();
-  const float x[4] = {1, -2, 3.5f, 0};
-  float y[4];
-  b->Scale(x, 2.0f, 4, y);
-  EXPECT_EQ(std::vector<float>(y, y + 4), (std::vector<float>{2, -4, 7, 0}));
-  b->AddScaled(x, -1.0f, 4, y);
-  EXPECT_EQ(std::vector<float>(y, y + 4), (std::vector<float>{1, -2, 3.5f, 0}));
-
-  // Rows of 2: gather rows 2, 0, 2; scatter them back weighted, with row 2 hit twice.
-  const float rows[6] = {1, 2, 10, 20, 100, 200};
-  const int32_t idx[3] = {2, 0, 2};
-  float gathered[6];
-  b->GatherRows(rows, idx, 3, 2, gathered);
-  EXPECT_EQ(std::vector<float>(gathered, gathered + 6), (std::vector<float>{100, 200, 1, 2, 100, 200}));
-  const float weights[3] = {0.5f, 2.0f, 0.25f};
-  float acc[6] = {0, 0, 7, 7, 1, 1};
-  b->ScatterAddRows(gathered, idx, weights, 3, 2, acc);
-  // row 0 += 2 * (1, 2); row 1 unchanged; row 2 += 0.5 * (100, 200) + 0.25 * (100, 200).
-  EXPECT_EQ(std::vector<float>(acc, acc + 6), (std::vector<float>{2, 4, 7, 7, 76, 151}));
-
-  // The router writes host arrays: logits 0, ln 3, ln 2 -> top 2 = experts 1, 2 with weights 3/5, 2/5.
+  // The routing lands in this backend's memory, here the host's: logits 0, ln 3, ln 2 -> top 2 = experts 1, 2 with
+  // weights 3/5, 2/5.
   const float logits[3] = {0.0f, std::log(3.0f), std::log(2.0f)};
   int32_t ids[2];
   float w[2];
-  b->MoeRoute(logits, 1, 3, 2, ids, w);
+  b->MoeRoute(logits, 1, MoeRouteParams{.n_expert = 3, .k = 2}, ids, w);
   EXPECT_EQ(ids[0], 1);
   EXPECT_EQ(ids[1], 2);
   EXPECT_NEAR(w[0], 0.6f, 1e-6);
   EXPECT_NEAR(w[1], 0.4f, 1e-6);
+  // A k the routing cannot pick is a sticky error, not a crash.
+  b->MoeRoute(logits, 1, MoeRouteParams{.n_expert = 3, .k = 4}, ids, w);
+  EXPECT_EQ(b->TakeError().code(), absl::StatusCode::kInvalidArgument);
+
+  // Rows of 2 plus a bias, in place.
+  float x[4] = {1, 2, 10, 20};
+  const float bias[2] = {0.5f, -1};
+  b->AddBias(x, bias, 2, 2, x);
+  EXPECT_EQ(std::vector<float>(x, x + 4), (std::vector<float>{1.5f, 1, 10.5f, 19}));
+  EXPECT_TRUE(b->TakeError().ok());
 }
 
 // Repacking through PrepareMatMulWeights: the packed copy is the backend's memory, gives the GGUF rows' products,
@@ -237,7 +229,7 @@ TEST(CpuBackend, RepackedWeightsAndNumaRows) {
     const size_t before = b->bytes_in_use();
     absl::StatusOr<WeightMatrix> prepared = b->PrepareMatMulWeights(w, "test weight");
     ASSERT_TRUE(prepared.ok()) << prepared.status();
-    EXPECT_EQ(prepared->packed, mode == Repack::kOn);
+    EXPECT_EQ(cpu::IsPacked(*prepared), mode == Repack::kOn);
     EXPECT_EQ(b->bytes_in_use() - before, mode == Repack::kOn ? cpu::PackedBytes(w) : 0u);
     ASSERT_TRUE(b->ReserveWorkspace(WorkspaceSpec{.max_tokens = n_tok, .max_cols = cols, .max_rows = rows,
                                                   .n_ctx = 8, .n_head = 1}).ok());
@@ -275,7 +267,7 @@ TEST(CpuBackend, MatMulsEqualOneByOne) {
                                .row_stride = row_bytes});
     absl::StatusOr<WeightMatrix> p = b->PrepareMatMulWeights(raw.back(), "test weight");
     ASSERT_TRUE(p.ok()) << p.status();
-    EXPECT_EQ(p->packed, rows % cpu::kPackRows == 0);
+    EXPECT_EQ(cpu::IsPacked(*p), rows % cpu::kPackRows == 0);
     prepared.push_back(*p);
   }
   for (int64_t n_tok : {1, 5}) {
@@ -304,89 +296,58 @@ TEST(CpuBackend, MatMulsEqualOneByOne) {
   }
 }
 
-// Q4_0 experts (gate, up, down) for the ExpertFfns tests: the GGUF rows and the backend's packed copies.
-struct Q4Experts {
-  std::vector<std::vector<uint8_t>> bytes;
-  std::vector<WeightMatrix> raw, packed;  // expert e's gate, up, down at 3e, 3e + 1, 3e + 2
+// Q4_0 experts (gate, up, down) for the MoeExperts tests: the GGUF rows, and the backend's packed copies.
+struct PreparedExperts {
+  test::ExpertSet set;
+  std::vector<WeightMatrix> packed;  // [3 * e + m], as set.matrices
+  std::vector<ExpertMatrices> views;
 };
-Q4Experts MakeQ4Experts(Backend& b, int n_experts, int64_t n_embd, int64_t n_ff) {
-  Q4Experts ex;
-  for (int e = 0; e < n_experts; ++e) {
-    for (int m = 0; m < 3; ++m) {
-      const int64_t rows = m == 2 ? n_embd : n_ff, cols = m == 2 ? n_ff : n_embd;
-      const std::vector<float> wf = RandomNormal(static_cast<size_t>(rows * cols), 100 + 3 * e + m);
-      const size_t row_bytes = RowBytes(DType::kQ4_0, cols);
-      ex.bytes.emplace_back(row_bytes * rows);
-      for (int64_t r = 0; r < rows; ++r) {
-        TANDEM_CHECK(QuantizeRow(DType::kQ4_0, wf.data() + r * cols, ex.bytes.back().data() + r * row_bytes, cols).ok());
-      }
-      ex.raw.push_back(WeightMatrix{.type = DType::kQ4_0, .data = ex.bytes.back().data(), .rows = rows, .cols = cols,
-                                    .row_stride = row_bytes});
-    }
-  }
-  for (const WeightMatrix& w : ex.raw) {
+PreparedExperts PrepareQ4Experts(Backend& b, int n_experts, int64_t n_embd, int64_t n_ff) {
+  PreparedExperts ex{.set = test::MakeExperts(DType::kQ4_0, n_experts, n_embd, n_ff, /*with_biases=*/false, 100)};
+  for (const WeightMatrix& w : ex.set.matrices) {
     absl::StatusOr<WeightMatrix> p = b.PrepareMatMulWeights(w, "expert");
-    TANDEM_CHECK(p.ok() && p->packed);
+    TANDEM_CHECK(p.ok() && cpu::IsPacked(*p));
     ex.packed.push_back(*p);
   }
+  ex.views = ex.set.ViewsOver(ex.packed, ex.set.BiasPointers());
   return ex;
 }
 
-// Runs ExpertFfns for expert e over tokens[e] (weights 0.25, 0.35, ...) and checks every output row: equal to the
-// one-by-one path's (Backend::ExpertFfns) bit for bit, and the FFN against the reference kernels on the GGUF rows.
-// Both round the activations as llama.cpp does, so only the float order differs (measured 7e-15).
-void ExpectExpertFfns(Backend& b, const Q4Experts& ex, const std::vector<std::vector<int32_t>>& tokens,
-                      const std::vector<float>& x, int64_t n_embd, int64_t n_ff, int64_t buf_rows) {
-  std::vector<int32_t> rows, slot_rows;
-  std::vector<float> weights;
-  std::vector<size_t> begin;
-  for (const std::vector<int32_t>& t : tokens) {
-    begin.push_back(rows.size());
-    for (size_t i = 0; i < t.size(); ++i) {
-      rows.push_back(t[i]);
-      slot_rows.push_back(static_cast<int32_t>(slot_rows.size()));
-      weights.push_back(0.25f + 0.1f * static_cast<float>(i));
-    }
-  }
-  std::vector<ExpertFfnJob> jobs;
-  for (size_t e = 0; e < tokens.size(); ++e) {
-    jobs.push_back(ExpertFfnJob{.gate = &ex.packed[3 * e], .up = &ex.packed[3 * e + 1], .down = &ex.packed[3 * e + 2],
-                                .rows = &rows[begin[e]], .slot_rows = &slot_rows[begin[e]],
-                                .weights = &weights[begin[e]], .m = static_cast<int64_t>(tokens[e].size())});
-  }
-  std::vector<float> xe(buf_rows * n_embd), gate(buf_rows * n_ff), up(buf_rows * n_ff);
-  const ExpertBuffers buf{.xe = xe.data(), .gate = gate.data(), .up = up.data(), .rows = buf_rows};
-  std::vector<float> side_by_side(rows.size() * n_embd), one_by_one(rows.size() * n_embd);
-  Poison(side_by_side);
+// Runs MoeExperts over the routing (ids, weights [n_tok][k]) with buffers of buf_rows rows and checks every output
+// row: equal to the one-by-one path's (cpu::MoeExpertsOneByOne over the same packed experts) bit for bit, and to
+// the reference (cpu::MoeExpertsRef over the GGUF rows) within test::ExpectMatchesReference's bounds.
+void ExpectMoeExperts(Backend& b, const PreparedExperts& ex, const std::vector<int32_t>& ids,
+                      const std::vector<float>& weights, int k, const std::vector<float>& x, int64_t buf_rows) {
+  const int64_t n_embd = ex.set.n_embd, n_ff = ex.set.n_ff;
+  const auto n_tok = static_cast<int64_t>(ids.size()) / k;
+  test::HostExpertBuffers buf(buf_rows, n_embd, n_ff);
+  std::vector<float> batched(static_cast<size_t>(k * n_tok * n_embd)), one_by_one(batched.size()), want(batched.size());
+  Poison(batched);
   Poison(one_by_one);
-  b.ExpertFfns(jobs.data(), jobs.size(), x.data(), n_embd, n_ff, buf, side_by_side.data());
-  b.Backend::ExpertFfns(jobs.data(), jobs.size(), x.data(), n_embd, n_ff, buf, one_by_one.data());
+  Poison(want);
+  MoeExpertsArgs a{.experts = ex.views.data(), .n_expert = ex.set.n_expert, .x = x.data(), .n_tok = n_tok,
+                   .ids = ids.data(), .weights = weights.data(), .k = k, .buf = buf.buf, .out = batched.data()};
+  b.MoeExperts(a);
   ASSERT_TRUE(b.TakeError().ok());
-  EXPECT_EQ(std::memcmp(side_by_side.data(), one_by_one.data(), one_by_one.size() * sizeof(float)), 0);
+  a.out = one_by_one.data();
+  test::RunOneByOne(a);
+  EXPECT_EQ(std::memcmp(batched.data(), one_by_one.data(), one_by_one.size() * sizeof(float)), 0);
 
-  std::vector<float> g(n_ff), u(n_ff), want(n_embd), all_want;
-  for (size_t k = 0, e = 0; e < jobs.size(); ++e) {
-    for (int64_t i = 0; i < jobs[e].m; ++i, ++k) {
-      const float* xr = x.data() + rows[k] * n_embd;
-      cpu::MatMulRef(ex.raw[3 * e], xr, 1, g.data());
-      cpu::MatMulRef(ex.raw[3 * e + 1], xr, 1, u.data());
-      cpu::SwiGlu(g.data(), u.data(), n_ff, g.data());
-      cpu::MatMulRef(ex.raw[3 * e + 2], g.data(), 1, want.data());
-      for (float v : want) all_want.push_back(weights[k] * v);
-    }
-  }
-  EXPECT_LT(Nmse(side_by_side, all_want), 1e-11);
-  std::printf("  experts vs reference FFN: NMSE %.3g\n", Nmse(side_by_side, all_want));
+  a.experts = ex.set.views.data();
+  a.out = want.data();
+  cpu::MoeExpertsRef(a);
+  test::ExpectMatchesReference(ex.set.type, batched, want, n_embd);
 }
 
-// An MoE layer's experts through ExpertFfns: the CPU runs packed experts in shared parallel regions, each thread
+// An MoE layer's experts through MoeExperts: the CPU runs packed experts in shared parallel regions, each thread
 // taking its own node's experts first (two threads posing as two nodes here), in as many passes as its buffers
 // hold.
-TEST(CpuBackend, ExpertFfnsSideBySideEqualOneByOne) {
+TEST(CpuBackend, MoeExpertsBatchedEqualOneByOne) {
   const int64_t n_embd = 256, n_ff = 512, n_tok = 6;
+  const int k = 2;
   auto b = CreateCpuBackend(CpuBackendOptions{.n_threads = 2, .repack = Repack::kOn});
   constexpr int kExperts = 4;
-  const Q4Experts ex = MakeQ4Experts(*b, kExperts, n_embd, n_ff);
+  const PreparedExperts ex = PrepareQ4Experts(*b, kExperts, n_embd, n_ff);
   b->SetThreadNodes({0, 1});
   for (int e = 0; e < kExperts; ++e) {
     for (int m = 0; m < 3; ++m) {
@@ -394,28 +355,74 @@ TEST(CpuBackend, ExpertFfnsSideBySideEqualOneByOne) {
       b->SetRowNodes(w.data, {{0, w.rows / cpu::kPackRows, e % 2}});  // experts alternate between the nodes
     }
   }
-  ASSERT_TRUE(b->ReserveWorkspace(WorkspaceSpec{.max_tokens = n_tok, .max_cols = n_ff, .max_rows = n_ff,
-                                                .n_ctx = 8, .n_head = 1}).ok());
+  ASSERT_TRUE(b->ReserveWorkspace(WorkspaceSpec{.max_tokens = n_tok, .max_cols = n_ff, .max_rows = n_ff, .n_ctx = 8,
+                                                .n_head = 1, .n_expert = kExperts, .n_expert_used = k})
+                  .ok());
   const std::vector<float> x = RandomNormal(static_cast<size_t>(n_tok * n_embd), 7);
-  // Expert e takes tokens e, e + 1, ... (e + 2 of them, wrapping): 2 + 3 + 4 + 5 = 14 rows of y. Buffers of 6 rows:
-  // the passes take experts {0, 1}, {2}, {3}.
-  std::vector<std::vector<int32_t>> tokens(kExperts);
-  for (int e = 0; e < kExperts; ++e) {
-    for (int i = 0; i < e + 2; ++i) tokens[e].push_back((e + i) % n_tok);
-  }
-  ExpectExpertFfns(*b, ex, tokens, x, n_embd, n_ff, n_tok);
+  // Experts 0..3 take 2, 3, 3 and 4 of the 12 (token, slot) pairs. Buffers of 6 rows: the passes take experts
+  // {0, 1}, {2}, {3}.
+  const std::vector<int32_t> ids = {0, 1, 0, 3, 1, 2, 1, 3, 2, 3, 3, 2};
+  std::vector<float> weights;
+  for (int i = 0; i < n_tok * k; ++i) weights.push_back(0.25f + 0.05f * static_cast<float>(i));
+  ExpectMoeExperts(*b, ex, ids, weights, k, x, n_tok);
 }
 
 // A decode step: one token, its two experts in one pass, as the executor sizes the workspace (expert_rows): each
-// expert's down projection quantizes its own activations into tiles of its own.
-TEST(CpuBackend, ExpertFfnsOneTokenTwoExperts) {
+// expert's down projection quantizes its own activations into tiles of its own, while the gate and up products
+// share the one token's quantized input.
+TEST(CpuBackend, MoeExpertsOneTokenTwoExperts) {
   const int64_t n_embd = 256, n_ff = 512;
   auto b = CreateCpuBackend(CpuBackendOptions{.n_threads = 2, .repack = Repack::kOn});
-  const Q4Experts ex = MakeQ4Experts(*b, 2, n_embd, n_ff);
+  const PreparedExperts ex = PrepareQ4Experts(*b, 3, n_embd, n_ff);
   ASSERT_TRUE(b->ReserveWorkspace(WorkspaceSpec{.max_tokens = 1, .expert_rows = 2, .max_cols = n_ff,
-                                                .max_rows = n_ff, .n_ctx = 8, .n_head = 1}).ok());
+                                                .max_rows = n_ff, .n_ctx = 8, .n_head = 1, .n_expert = 3,
+                                                .n_expert_used = 2})
+                  .ok());
   const std::vector<float> x = RandomNormal(static_cast<size_t>(n_embd), 9);
-  ExpectExpertFfns(*b, ex, {{0}, {0}}, x, n_embd, n_ff, 2);
+  ExpectMoeExperts(*b, ex, {2, 0}, {0.7f, 0.3f}, 2, x, 2);
+}
+
+// MoeExperts asks for a workspace sized for the routing; without one it is a sticky error and nothing runs.
+TEST(CpuBackend, MoeExpertsWithoutWorkspaceIsAnError) {
+  auto b = CreateCpuBackend(CpuBackendOptions{.n_threads = 1, .repack = Repack::kOff});
+  const test::ExpertSet ex = test::MakeExperts(DType::kF32, 2, 32, 32, false, 5);
+  const std::vector<float> x = RandomNormal(2 * 32, 6);
+  const std::vector<int32_t> ids = {0, 1};
+  const std::vector<float> w = {1.0f, 1.0f};
+  test::HostExpertBuffers buf(2, 32, 32);
+  std::vector<float> out(2 * 32, -1.0f);
+  const MoeExpertsArgs a{.experts = ex.views.data(), .n_expert = 2, .x = x.data(), .n_tok = 2, .ids = ids.data(),
+                         .weights = w.data(), .k = 1, .buf = buf.buf, .out = out.data()};
+  b->MoeExperts(a);
+  EXPECT_EQ(b->TakeError().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(out, std::vector<float>(2 * 32, -1.0f));
+}
+
+// A routing with fewer experts per token than the workspace was reserved for admits more tokens than its matmul
+// scratch holds (the grouping counts pairs). An expert that takes more of them than that is refused with an
+// error instead of overrunning the scratch, in both layouts.
+TEST(CpuBackend, MoeExpertsBeyondTheReservedTokensIsAnError) {
+  for (Repack mode : {Repack::kOff, Repack::kOn}) {
+    auto b = CreateCpuBackend(CpuBackendOptions{.n_threads = 2, .repack = mode});
+    const test::ExpertSet ex = test::MakeExperts(DType::kQ8_0, 2, 256, 512, false, 11);
+    std::vector<WeightMatrix> prepared;
+    for (const WeightMatrix& w : ex.matrices) prepared.push_back(b->PrepareMatMulWeights(w, "expert").value());
+    const std::vector<ExpertMatrices> views = ex.ViewsOver(prepared, ex.BiasPointers());
+    ASSERT_TRUE(b->ReserveWorkspace(WorkspaceSpec{.max_tokens = 2, .max_cols = 512, .max_rows = 512, .n_ctx = 8,
+                                                  .n_head = 1, .n_expert = 2, .n_expert_used = 16})
+                    .ok());
+    const int64_t n_tok = 32;  // 32 pairs of k = 1 fit the grouping reserved for 2 tokens of k = 16
+    const std::vector<float> x = RandomNormal(static_cast<size_t>(n_tok * 256), 12);
+    const std::vector<int32_t> ids(n_tok, 0);  // all to expert 0
+    const std::vector<float> w(n_tok, 1.0f);
+    test::HostExpertBuffers buf(n_tok, 256, 512);
+    std::vector<float> out(static_cast<size_t>(n_tok * 256));
+    const MoeExpertsArgs a{.experts = views.data(), .n_expert = 2, .x = x.data(), .n_tok = n_tok, .ids = ids.data(),
+                           .weights = w.data(), .k = 1, .buf = buf.buf, .out = out.data()};
+    b->MoeExperts(a);
+    EXPECT_EQ(b->TakeError().code(), absl::StatusCode::kFailedPrecondition)
+        << (mode == Repack::kOn ? "packed" : "gguf");
+  }
 }
 
 TEST(CpuBackend, ThreadOption) {

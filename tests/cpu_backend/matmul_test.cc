@@ -274,7 +274,7 @@ TEST_P(PackedMatMulTest, MatchesReference) {
         const Problem& p = GetProblem(type, rows, nb * block, n_tok, pad, seed++);
         std::vector<uint8_t> packed(PackedBytes(p.w.m));
         const WeightMatrix pm = Repack(p.w.m, packed.data());
-        ASSERT_TRUE(pm.packed);
+        ASSERT_TRUE(IsPacked(pm));
         const std::vector<float> fast = RunMatMul(pm, p.x, n_tok);
         EXPECT_LT(Nmse(fast, p.ref), kTol.at(type) * kShapeTolFactor)
             << DTypeName(type) << " rows=" << rows << " blocks=" << nb << " n_tok=" << n_tok << " pad=" << pad;

@@ -122,7 +122,8 @@ class RopeTest : public testing::TestWithParam<RopeCase> {};
 
 TEST_P(RopeTest, MatchesReferenceAndLeavesTailDims) {
   const RopeCase c = GetParam();
-  const RopeParams p{c.n_head, c.head_dim, c.n_rot, c.freq_base, c.freq_scale};
+  const RopeParams p{.n_head = c.n_head, .head_dim = c.head_dim, .n_rot = c.n_rot, .freq_base = c.freq_base,
+                     .freq_scale = c.freq_scale};
   const int64_t row = static_cast<int64_t>(c.n_head) * c.head_dim;
   const auto x = RandomNormal(static_cast<size_t>(c.n_tok * row), 3);
   std::vector<int32_t> pos(static_cast<size_t>(c.n_tok));
@@ -153,7 +154,8 @@ TEST(Rope, UnitVectorAtPositionOne) {
   for (float freq_scale : {1.0f, 0.5f}) {
     float x[4] = {0.0f, 0.0f, 1.0f, 0.0f};
     const int32_t pos = 1;
-    Rope(x, 1, &pos, RopeParams{1, 4, 4, 10000.0f, freq_scale});
+    Rope(x, 1, &pos,
+         RopeParams{.n_head = 1, .head_dim = 4, .n_rot = 4, .freq_base = 10000.0f, .freq_scale = freq_scale});
     const double theta = 0.01 * freq_scale;
     EXPECT_NEAR(x[2], std::cos(theta), 1e-7);
     EXPECT_NEAR(x[3], std::sin(theta), 1e-7);
@@ -163,7 +165,7 @@ TEST(Rope, UnitVectorAtPositionOne) {
   // Pair 0 turns by pos radians: (0, 1) at pos 2 becomes (-sin 2, cos 2).
   float y[2] = {0.0f, 1.0f};
   const int32_t pos = 2;
-  Rope(y, 1, &pos, RopeParams{1, 2, 2, 10000.0f, 1.0f});
+  Rope(y, 1, &pos, RopeParams{.n_head = 1, .head_dim = 2, .n_rot = 2, .freq_base = 10000.0f, .freq_scale = 1.0f});
   EXPECT_NEAR(y[0], -std::sin(2.0), 1e-7);
   EXPECT_NEAR(y[1], std::cos(2.0), 1e-7);
 }
@@ -369,7 +371,7 @@ TEST(Attention, CausalMaskIgnoresLaterRows) {
   }
 }
 
-// ---------------------------------------------------------------- SwiGLU and Add
+// ---------------------------------------------------------------- SwiGLU (Glu's default) and Add
 
 // Every ISA path (the AVX-512 one has its own e^x) against the double formula: NMSE and, per element, a few ulp.
 TEST(SwiGlu, MatchesDoubleFormula) {
@@ -382,7 +384,7 @@ TEST(SwiGlu, MatchesDoubleFormula) {
       const auto u = RandomNormal(static_cast<size_t>(n), 32);
       std::vector<float> y(g.size()), ref(g.size());
       Poison(y);
-      SwiGlu(g.data(), u.data(), n, y.data());
+      Glu(g.data(), u.data(), n, GluParams{}, y.data());
       double worst_rel = 0;
       for (size_t i = 0; i < g.size(); ++i) {
         const double want = g[i] / (1.0 + std::exp(-double{g[i]})) * u[i];
@@ -396,7 +398,7 @@ TEST(SwiGlu, MatchesDoubleFormula) {
     const float g[5] = {0.0f, 30.0f, -100.0f, std::nanf(""), std::numeric_limits<float>::infinity()};
     const float u[5] = {5.0f, 2.0f, 1.0f, 1.0f, 1.0f};
     float y[5];
-    SwiGlu(g, u, 5, y);
+    Glu(g, u, 5, GluParams{}, y);
     EXPECT_EQ(y[0], 0.0f);
     EXPECT_NEAR(y[1], 60.0f, 1e-4);
     EXPECT_NEAR(y[2], 0.0f, 1e-30);
@@ -428,8 +430,9 @@ TEST(MoeRoute, MatchesReferenceOnRandomLogits) {
     std::vector<int32_t> ids(static_cast<size_t>(n_tok * k), -1), ref_ids(ids.size(), -2);
     std::vector<float> w(ids.size()), ref_w(ids.size());
     Poison(w);
-    MoeRoute(logits.data(), n_tok, n_expert, k, ids.data(), w.data());
-    MoeRouteRef(logits.data(), n_tok, n_expert, k, ref_ids.data(), ref_w.data());
+    const MoeRouteParams p{.n_expert = n_expert, .k = k};  // softmax, normalized: Mixtral's
+    MoeRoute(logits.data(), n_tok, p, ids.data(), w.data());
+    MoeRouteRef(logits.data(), n_tok, p, ref_ids.data(), ref_w.data());
     EXPECT_EQ(ids, ref_ids) << n_expert << " experts, top " << k;
     EXPECT_LT(Nmse(w, ref_w), kTolF32);
   }
@@ -460,10 +463,11 @@ TEST(MoeRoute, HandPickedLogits) {
     std::vector<int32_t> ids(static_cast<size_t>(c.k), -1);
     std::vector<float> w(static_cast<size_t>(c.k));
     Poison(w);
-    MoeRoute(c.logits.data(), 1, n_expert, c.k, ids.data(), w.data());
+    const MoeRouteParams p{.n_expert = n_expert, .k = c.k};
+    MoeRoute(c.logits.data(), 1, p, ids.data(), w.data());
     EXPECT_EQ(ids, c.ids);
     for (int i = 0; i < c.k; ++i) EXPECT_NEAR(w[i], c.weights[i], 1e-6) << i;
-    MoeRouteRef(c.logits.data(), 1, n_expert, c.k, ids.data(), w.data());
+    MoeRouteRef(c.logits.data(), 1, p, ids.data(), w.data());
     EXPECT_EQ(ids, c.ids) << "reference";
     for (int i = 0; i < c.k; ++i) EXPECT_NEAR(w[i], c.weights[i], 1e-6) << "reference " << i;
   }
@@ -474,7 +478,7 @@ TEST(MoeRoute, NanLogitsStillGiveDistinctIds) {
   const float logits[4] = {nan, 1.0f, nan, 0.0f};
   int32_t ids[3];
   float w[3];
-  MoeRoute(logits, 1, 4, 3, ids, w);
+  MoeRoute(logits, 1, MoeRouteParams{.n_expert = 4, .k = 3}, ids, w);
   EXPECT_NE(ids[0], ids[1]);
   EXPECT_NE(ids[1], ids[2]);
   EXPECT_NE(ids[0], ids[2]);

@@ -1,5 +1,6 @@
 // GPU attention against cpu::AttentionRef (double precision): decode and prefill, causal masking, grouped
-// query heads, F32 and F16 caches, short and long contexts (long decode contexts take the split-key path).
+// query heads, F32 and F16 caches, short and long contexts (long decode contexts take the split-key path), and
+// the options of AttentionParams (sliding window, sinks, soft-capping) on each of those paths.
 // The cache is filled by the GPU's own KvStore from the same rows the CPU cache gets.
 #include <gtest/gtest.h>
 
@@ -18,6 +19,13 @@ struct Heads {
   int n_head, n_head_kv, head_dim;
 };
 
+// AttentionParams' options beyond the heads and the scale.
+struct Extras {
+  int window = 0;
+  bool sinks = false;
+  float softcap = 0.0f;
+};
+
 // F32 caches: the GPU is float with exact rounding, the reference double. F16 caches: the reference also
 // rounds q and the probabilities through fp16 (llama.cpp's operand rounding), the GPU does not.
 double Tolerance(DType cache) { return cache == DType::kF32 ? 1e-9 : 1e-5; }
@@ -25,9 +33,11 @@ double Tolerance(DType cache) { return cache == DType::kF32 ? 1e-9 : 1e-5; }
 class GpuAttentionTest : public test::CudaTest {
  protected:
   // Fills rows 0..pos0+n_tok-1 of a cache on both sides, then attends n_tok queries at pos0.
-  void Check(const Heads& h, DType cache, int64_t n_ctx, int64_t pos0, int64_t n_tok) {
+  void Check(const Heads& h, DType cache, int64_t n_ctx, int64_t pos0, int64_t n_tok, const Extras& o = {}) {
     SCOPED_TRACE(::testing::Message() << "heads " << h.n_head << "/" << h.n_head_kv << " head_dim " << h.head_dim
-                                      << " " << DTypeName(cache) << " pos0 " << pos0 << " n_tok " << n_tok);
+                                      << " " << DTypeName(cache) << " pos0 " << pos0 << " n_tok " << n_tok
+                                      << " window " << o.window << (o.sinks ? " sinks" : "") << " softcap "
+                                      << o.softcap);
     const int64_t row = static_cast<int64_t>(h.n_head_kv) * h.head_dim;
     const int64_t filled = pos0 + n_tok;
     const size_t elem = cache == DType::kF32 ? 4 : 2;
@@ -35,22 +45,29 @@ class GpuAttentionTest : public test::CudaTest {
     const std::vector<float> v = test::RandomNormal(static_cast<size_t>(filled * row), 200 + pos0);
     const std::vector<float> q =
         test::RandomNormal(static_cast<size_t>(n_tok * h.n_head * h.head_dim), 300 + n_tok, 1.5f);
-    const cpu::AttentionParams p{h.n_head, h.n_head_kv, h.head_dim, 1.0f / std::sqrt(static_cast<float>(h.head_dim))};
+    AttentionParams p{h.n_head, h.n_head_kv, h.head_dim, 1.0f / std::sqrt(static_cast<float>(h.head_dim))};
+    p.window = o.window;
+    p.softcap = o.softcap;
+    // Sinks about as large as the scores, so they take a real share of the probability.
+    const std::vector<float> sinks = test::RandomNormal(static_cast<size_t>(h.n_head), 400 + h.n_head, 2.0f);
+    if (o.sinks) p.sinks = sinks.data();
 
     std::vector<uint8_t> host_k(static_cast<size_t>(n_ctx * row) * elem), host_v(host_k.size());
-    cpu::KvLayer host{cache, host_k.data(), host_v.data(), n_ctx, row};
+    KvLayer host{cache, host_k.data(), host_v.data(), n_ctx, row};
     cpu::KvStore(host, k.data(), v.data(), filled, 0);
     std::vector<float> ref(q.size());
     cpu::AttentionRef(q.data(), host, n_tok, pos0, p, ref.data());
 
-    cpu::KvLayer dev{cache, AllocBytes(host_k.size()), AllocBytes(host_v.size()), n_ctx, row};
+    KvLayer dev{cache, AllocBytes(host_k.size()), AllocBytes(host_v.size()), n_ctx, row};
     // Earlier rows in one call, the batch's own rows in a second, as an executor would.
     const float* dk = Upload(k);
     const float* dv = Upload(v);
     gpu().KvStore(dev, dk, dv, pos0, 0);
     gpu().KvStore(dev, dk + pos0 * row, dv + pos0 * row, n_tok, pos0);
     float* out = PoisonedFloats(q.size());
-    gpu().Attention(Upload(q), dev, n_tok, pos0, p, out);
+    AttentionParams dev_p = p;
+    if (o.sinks) dev_p.sinks = Upload(sinks);
+    gpu().Attention(Upload(q), dev, n_tok, pos0, dev_p, out);
     const std::vector<float> got = Download(out, q.size());
     ASSERT_TRUE(Error().ok());
     EXPECT_LT(test::Nmse(got, ref), Tolerance(cache));
@@ -92,8 +109,31 @@ TEST_F(GpuAttentionTest, PrefillIsCausal) {
   }
 }
 
+// Each option alone and together, on the three paths: decode with few keys (one block per head), decode over a
+// long context (split keys, whose partial states meet the sink only in the merge; a window of 700 or 1000 keys
+// still splits, one of 128 does not), a short batch late in the context (split too) and prefill (causal within
+// the batch, the window sliding along it).
+TEST_F(GpuAttentionTest, WindowSinksAndSoftcap) {
+  const Extras options[] = {{.window = 128},
+                            {.window = 700},
+                            {.sinks = true},
+                            {.softcap = 5.0f},
+                            {.window = 1000, .sinks = true, .softcap = 5.0f},
+                            {.window = 1, .sinks = true}};
+  for (DType cache : {DType::kF32, DType::kF16}) {
+    for (const Extras& o : options) {
+      for (const Heads& h : {kShapes[1], kShapes[2], kShapes[5]}) {
+        Check(h, cache, 64, 37, 1, o);
+        Check(h, cache, 4096, 3000, 1, o);
+        Check(h, cache, 256, 33, 40, o);
+      }
+      Check(kShapes[0], cache, 4096, 2000, 3, o);
+    }
+  }
+}
+
 TEST_F(GpuAttentionTest, BadShapesAreErrors) {
-  cpu::KvLayer kv{DType::kF16, AllocBytes(1024), AllocBytes(1024), 8, 64};
+  KvLayer kv{DType::kF16, AllocBytes(1024), AllocBytes(1024), 8, 64};
   float* q = PoisonedFloats(256);
   gpu().Attention(q, kv, 1, 8, {2, 1, 64, 0.125f}, q);  // position 8 is past an 8-row cache
   EXPECT_EQ(Error().code(), absl::StatusCode::kInvalidArgument);

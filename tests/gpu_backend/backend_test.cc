@@ -56,31 +56,35 @@ class CudaBudgetTest : public test::CudaTest {
   WorkspaceSpec Workspace() const override { return WorkspaceSpec{}; }  // decode-only: no cuBLAS scratch
 };
 
+// The Backend shows capacity and peak only; what is in use shows in what still fits.
 TEST_F(CudaBudgetTest, HardCapacityAndPeak) {
   EXPECT_EQ(gpu().capacity(), kBudget);
   EXPECT_NE(gpu().name().find("cuda:0"), std::string_view::npos);
   EXPECT_FALSE(gpu().host_memory());
-  const size_t base = gpu().bytes_in_use();  // the backend's own small workspace
+  const size_t base = gpu().peak_bytes();  // the backend's own small workspace, all still allocated
   EXPECT_LT(base, size_t{1} << 20);
 
   absl::StatusOr<void*> a = gpu().Alloc(size_t{20} << 20, "a");
   absl::StatusOr<void*> b = gpu().Alloc(size_t{20} << 20, "b");
   ASSERT_TRUE(a.ok() && b.ok());
-  EXPECT_EQ(gpu().bytes_in_use(), base + (size_t{40} << 20));
+  EXPECT_EQ(gpu().peak_bytes(), base + (size_t{40} << 20));
   absl::StatusOr<void*> c = gpu().Alloc(size_t{30} << 20, "c");  // would pass 64 MiB
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(std::string(c.status().message()).find("c"), std::string::npos);
 
   gpu().Free(*a);
-  EXPECT_EQ(gpu().bytes_in_use(), base + (size_t{20} << 20));
   EXPECT_EQ(gpu().peak_bytes(), base + (size_t{40} << 20));
   absl::StatusOr<void*> d = gpu().Alloc(size_t{30} << 20, "d");  // fits now
   ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(gpu().peak_bytes(), base + (size_t{50} << 20));
   gpu().Free(*b);
   gpu().Free(*d);
-  EXPECT_EQ(gpu().bytes_in_use(), base);
-  EXPECT_EQ(gpu().peak_bytes(), base + (size_t{50} << 20));
+  // Everything given back: the largest block the budget allows beside the workspace fits again.
+  absl::StatusOr<void*> e = gpu().Alloc(kBudget - base, "e");
+  ASSERT_TRUE(e.ok()) << e.status();
+  gpu().Free(*e);
+  EXPECT_EQ(gpu().peak_bytes(), kBudget);
   EXPECT_TRUE(Error().ok());
 }
 
@@ -93,19 +97,22 @@ TEST_F(CudaBudgetTest, FreeOfAForeignPointerIsAnError) {
 }
 
 TEST_F(CudaBudgetTest, WorkspaceCountsAgainstTheBudget) {
-  const size_t before = gpu().bytes_in_use();
+  const size_t before = gpu().peak_bytes();
   WorkspaceSpec spec;
   spec.max_tokens = 512;
   spec.max_cols = 4096;
   spec.max_rows = 1024;
   spec.n_head = 32;
-  // 32 MiB cuBLAS workspace + 4 MiB f16 activations + 8 MiB weight tile + 2 MiB attention partials.
+  spec.n_expert = 128;
+  spec.n_expert_used = 8;
+  // 32 MiB cuBLAS workspace + 4 MiB f16 activations + 8 MiB weight tile + 2 MiB attention partials + the MoE
+  // grouping's 4096 pairs.
   ASSERT_TRUE(gpu().ReserveWorkspace(spec).ok());
-  EXPECT_GT(gpu().bytes_in_use(), before + (size_t{32} << 20));  // cuBLAS workspace, f16 scratch, tiles
-  // A second reservation replaces the first rather than adding to it.
-  const size_t after = gpu().bytes_in_use();
+  EXPECT_GT(gpu().peak_bytes(), before + (size_t{32} << 20));  // cuBLAS workspace, f16 scratch, tiles
+  // A second reservation replaces the first rather than adding to it: the peak stays.
+  const size_t after = gpu().peak_bytes();
   ASSERT_TRUE(gpu().ReserveWorkspace(spec).ok());
-  EXPECT_EQ(gpu().bytes_in_use(), after);
+  EXPECT_EQ(gpu().peak_bytes(), after);
   // One that cannot fit is an error.
   spec.max_tokens = 1 << 20;
   spec.max_rows = 1 << 20;
@@ -163,7 +170,7 @@ TEST_F(CudaBackendTest, EventsOrderCopyBeforeCompute) {
     ASSERT_TRUE(gpu().CopyHostToDevice(in, host, n * sizeof(float), Stream::kCopy).ok());
     ASSERT_TRUE(gpu().RecordEvent(*ev, Stream::kCopy).ok());
     ASSERT_TRUE(gpu().WaitEvent(*ev, Stream::kCompute).ok());
-    gpu().Scale(in, 2.0f, n, out);
+    gpu().Add(in, in, n, out);  // 2 * in, exactly
     const std::vector<float> got = Download(out, n);
     ASSERT_TRUE(gpu().Synchronize(Stream::kCopy).ok());  // before the host buffer is rewritten
     int64_t wrong = 0;
@@ -181,8 +188,11 @@ TEST_F(CudaBackendTest, SupportsEveryWeightType) {
                   DType::kQ8_K}) {
     EXPECT_TRUE(gpu().Supports(Op::kMatMul, t)) << DTypeName(t);
     EXPECT_TRUE(gpu().Supports(Op::kGetRows, t)) << DTypeName(t);
+    EXPECT_TRUE(gpu().Supports(Op::kMoeExperts, t)) << DTypeName(t);
   }
-  EXPECT_TRUE(gpu().Supports(Op::kAttention, DType::kF32));
+  for (Op op : {Op::kAddBias, Op::kRope, Op::kKvStore, Op::kAttention, Op::kGlu, Op::kAdd, Op::kMoeRoute}) {
+    EXPECT_TRUE(gpu().Supports(op, DType::kF32)) << OpName(op);
+  }
   EXPECT_FALSE(gpu().Supports(Op::kMatMul, static_cast<DType>(99)));
 }
 

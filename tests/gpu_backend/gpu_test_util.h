@@ -12,7 +12,7 @@
 #include <span>
 #include <vector>
 
-#include "graph/backend.h"
+#include "runtime/backend.h"
 #include "gpu_backend/cuda_backend.h"
 
 namespace tandem::test {

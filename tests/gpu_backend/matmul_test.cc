@@ -18,8 +18,6 @@
 namespace tandem {
 namespace {
 
-using cpu::WeightMatrix;
-
 std::vector<float> ExactMatMul(const WeightMatrix& w, const std::vector<float>& x, int64_t n_tok) {
   std::vector<float> y(static_cast<size_t>(n_tok * w.rows));
   std::vector<float> row(static_cast<size_t>(w.cols));

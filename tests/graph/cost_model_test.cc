@@ -28,24 +28,40 @@ MachineProfile Profile() {
   return p;
 }
 
-// A dense FFN: 3 matrices of 1000 x 4000 in Q8_0 (34 bytes per 32 weights).
-UnitSpec DenseFfn() {
-  return UnitSpec{.name = "blk.0.ffn", .kind = UnitKind::kFfn, .layer = 0,
-                  .weight_bytes = 3ull * 1000 * 4000 / 32 * 34, .dense_params = 3.0 * 1000 * 4000,
-                  .main_type = DType::kQ8_0};
+// Units of small llama-family models, built from their tensor tables like any file's: what they do is counted by
+// running the family's unit functions, and checked here against the arithmetic worked by hand.
+std::vector<UnitSpec> UnitsOf(const ModelConfig& c, DType type) {
+  const std::vector<GgufTensorInfo> tensors = test::ModelTensors(c, type);
+  return BuildUnits(c, tensors).value();
+}
+ModelConfig SmallConfig(int n_embd, int n_ff, int n_head, int n_head_kv, int n_expert, int k) {
+  ModelConfig c = test::MixtralConfig();
+  c.n_layer = 1;
+  c.n_embd = n_embd;
+  c.n_ff = c.n_ff_expert = n_ff;
+  c.n_head = n_head;
+  c.n_head_kv = n_head_kv;
+  c.head_dim = c.n_rot = n_embd / n_head;
+  c.n_vocab = 256;
+  c.n_expert = n_expert;
+  c.n_expert_used = k;
+  return c;
 }
 
-// 8 experts of 1000 weights (1000 bytes each), 2 used per token, and 50 dense weights (100 bytes: router, norm).
-UnitSpec SmallMoe() {
-  return UnitSpec{.kind = UnitKind::kFfn, .weight_bytes = 8000 + 100, .expert_bytes = 8000, .n_expert = 8,
-                  .n_expert_used = 2, .dense_params = 50, .expert_params = 1000};
-}
+// A dense FFN: 3 matrices of 1024 x 4096 in Q8_0 (34 bytes per 32 weights), and a 1024-float norm.
+constexpr double kFfnMatrixBytes = 3.0 * 1024 * 4096 / 32 * 34;
+constexpr double kFfnNormBytes = 1024 * 4;
+UnitSpec DenseFfn() { return UnitsOf(SmallConfig(1024, 4096, 8, 2, 0, 0), DType::kQ8_0)[2]; }
 
-// 4 heads of 8, K/V rows of 16; 1000 weights in 4000 bytes, of which wk and wv hold 250.
-UnitSpec SmallAttention() {
-  return UnitSpec{.kind = UnitKind::kAttn, .weight_bytes = 4000, .dense_params = 1000, .kv_params = 250,
-                  .n_head = 4, .head_dim = 8, .n_embd_kv = 16};
-}
+// 8 F32 experts of 3 x 64 x 128 weights, 2 used per token, a 64 x 8 router and a 64-float norm.
+constexpr double kExpertParams = 3.0 * 64 * 128;
+constexpr double kMoeDenseBytes = (64.0 * 8 + 64) * 4;
+UnitSpec SmallMoe() { return UnitsOf(SmallConfig(64, 128, 4, 2, 8, 2), DType::kF32)[2]; }
+
+// 4 heads of 8, 2 KV heads (rows of 16): q and o 32 x 32, k and v 32 x 16, in F32, and a 32-float norm.
+constexpr double kAttnParams = 2.0 * 32 * 32 + 2.0 * 32 * 16;
+constexpr double kKvParams = 2.0 * 32 * 16;
+UnitSpec SmallAttention() { return UnitsOf(SmallConfig(32, 64, 4, 2, 0, 0), DType::kF32)[1]; }
 
 TEST(CostModel, ExpectedExpertsHit) {
   EXPECT_DOUBLE_EQ(ExpectedExpertsHit(8, 2, 1), 2.0);       // one token: exactly k
@@ -56,19 +72,22 @@ TEST(CostModel, ExpectedExpertsHit) {
 
 TEST(CostModel, DenseWork) {
   const UnitSpec u = DenseFfn();
+  EXPECT_EQ(u.weight_bytes, kFfnMatrixBytes + kFfnNormBytes);
   const UnitWork w1 = WorkOf(u, 1, 0, 2);
-  EXPECT_DOUBLE_EQ(w1.weight_bytes_read, 3.0 * 1000 * 4000 / 32 * 34);
-  EXPECT_DOUBLE_EQ(w1.flops, 2.0 * 12e6);
+  EXPECT_DOUBLE_EQ(w1.weight_bytes_read, kFfnMatrixBytes + kFfnNormBytes);
+  EXPECT_DOUBLE_EQ(w1.flops, 2.0 * 3 * 1024 * 4096);
+  EXPECT_EQ(w1.n_ops, 6);  // norm, gate, up, activation, down, residual add
   const UnitWork w64 = WorkOf(u, 64, 0, 2);
   EXPECT_DOUBLE_EQ(w64.weight_bytes_read, w1.weight_bytes_read);  // weights are read once per batch
-  EXPECT_DOUBLE_EQ(w64.flops, 64 * 2.0 * 12e6);
+  EXPECT_DOUBLE_EQ(w64.flops, 64 * 2.0 * 3 * 1024 * 4096);
 }
 
 TEST(CostModel, MoeDecodeReadsOnlyRoutedExperts) {
   const UnitSpec u = SmallMoe();
   const UnitWork w = WorkOf(u, 1, 0, 2);
-  EXPECT_DOUBLE_EQ(w.weight_bytes_read, 100 + 2000);  // 2 of 8 experts
-  EXPECT_DOUBLE_EQ(w.flops, 2.0 * (50 + 2 * 1000));
+  EXPECT_DOUBLE_EQ(w.weight_bytes_read, kMoeDenseBytes + 2 * kExpertParams * 4);  // 2 of 8 experts
+  EXPECT_DOUBLE_EQ(w.flops, 2.0 * (64 * 8 + 2 * kExpertParams));
+  EXPECT_EQ(u.expert_bytes, 8 * kExpertParams * 4);
 }
 
 TEST(CostModel, AttentionWork) {
@@ -76,6 +95,8 @@ TEST(CostModel, AttentionWork) {
   const UnitWork w = WorkOf(u, 1, 100, 2);
   EXPECT_DOUBLE_EQ(w.kv_bytes_read, 2.0 * 100 * 16 * 2);  // K and V rows, F16
   EXPECT_DOUBLE_EQ(w.attn_flops, 4.0 * 100 * 4 * 8);
+  EXPECT_DOUBLE_EQ(w.weight_bytes_read, kAttnParams * 4 + 32 * 4);
+  EXPECT_EQ(w.n_ops, 10);  // norm, q, k, v, rope k, cache store, rope q, attention, o, residual add
   EXPECT_EQ(u.KvBytes(100, 2), 2u * 100 * 16 * 2);
 }
 
@@ -83,40 +104,51 @@ TEST(CostModel, AttentionWork) {
 TEST(CostModel, PastTheCacheStoreOnlyLiveTokensWork) {
   const UnitSpec attn = SmallAttention();
   const UnitWork cache_only = WorkOf(attn, 64, 100, 2, /*n_live=*/0);
-  EXPECT_DOUBLE_EQ(cache_only.weight_bytes_read, 1000.0);  // wk and wv: a quarter of the bytes
-  EXPECT_DOUBLE_EQ(cache_only.flops, 2.0 * 64 * 250);
+  EXPECT_DOUBLE_EQ(cache_only.weight_bytes_read, kKvParams * 4 + 32 * 4);  // wk, wv and the norm
+  EXPECT_DOUBLE_EQ(cache_only.flops, 2.0 * 64 * kKvParams);
   EXPECT_DOUBLE_EQ(cache_only.kv_bytes_read, 0.0);
   EXPECT_DOUBLE_EQ(cache_only.attn_flops, 0.0);
+  EXPECT_EQ(cache_only.n_ops, 5);  // norm, k, v, rope k, cache store
   const UnitWork one = WorkOf(attn, 64, 100, 2, /*n_live=*/1);
-  EXPECT_DOUBLE_EQ(one.weight_bytes_read, 4000.0);
-  EXPECT_DOUBLE_EQ(one.flops, 2.0 * (64 * 250 + 750));
+  EXPECT_DOUBLE_EQ(one.weight_bytes_read, kAttnParams * 4 + 32 * 4);
+  EXPECT_DOUBLE_EQ(one.flops, 2.0 * (64 * kKvParams + (kAttnParams - kKvParams)));
   EXPECT_DOUBLE_EQ(one.attn_flops, 4.0 * 100 * 4 * 8);
   const UnitWork all = WorkOf(attn, 64, 100, 2);
-  EXPECT_DOUBLE_EQ(all.flops, 2.0 * 64 * 1000);
+  EXPECT_DOUBLE_EQ(all.flops, 2.0 * 64 * kAttnParams);
 
   const UnitSpec ffn = DenseFfn();
   const UnitWork ffn_none = WorkOf(ffn, 64, 0, 2, 0);
   EXPECT_DOUBLE_EQ(ffn_none.weight_bytes_read, 0.0);
   EXPECT_DOUBLE_EQ(ffn_none.flops, 0.0);
   EXPECT_EQ(ffn_none.n_ops, 0);
-  EXPECT_DOUBLE_EQ(WorkOf(ffn, 64, 0, 2, 1).flops, 2.0 * 12e6);
+  EXPECT_DOUBLE_EQ(WorkOf(ffn, 64, 0, 2, 1).flops, 2.0 * 3 * 1024 * 4096);
 
   // One live token reads the 2 experts it is routed to, not the 8 a 64-token batch would touch.
-  EXPECT_DOUBLE_EQ(WorkOf(SmallMoe(), 64, 0, 2, 1).weight_bytes_read, 100 + 2000);
+  EXPECT_DOUBLE_EQ(WorkOf(SmallMoe(), 64, 0, 2, 1).weight_bytes_read, kMoeDenseBytes + 2 * kExpertParams * 4);
 
-  UnitSpec head;
-  head.kind = UnitKind::kOutput;
-  head.dense_params = 5000;
-  head.weight_bytes = 5000;
-  EXPECT_DOUBLE_EQ(WorkOf(head, 64, 0, 2, 1).flops, 2.0 * 5000);
+  const UnitSpec head = UnitsOf(SmallConfig(32, 64, 4, 2, 0, 0), DType::kF32).back();
+  EXPECT_DOUBLE_EQ(WorkOf(head, 64, 0, 2, 1).flops, 2.0 * 32 * 256);
   EXPECT_DOUBLE_EQ(WorkOf(head, 64, 0, 2, 0).weight_bytes_read, 0.0);
+}
+
+// The ops a unit issues, for the partitioner to ask the devices about.
+TEST(CostModel, UnitsListTheOpsTheyIssue) {
+  const UnitSpec moe = SmallMoe();
+  for (const std::pair<Op, DType>& want : {std::pair{Op::kRmsNorm, DType::kF32}, std::pair{Op::kMatMul, DType::kF32},
+                                          std::pair{Op::kMoeRoute, DType::kF32},
+                                          std::pair{Op::kMoeExperts, DType::kF32}}) {
+    EXPECT_NE(std::find(moe.ops.begin(), moe.ops.end(), want), moe.ops.end()) << OpName(want.first);
+  }
+  const UnitSpec dense = DenseFfn();
+  EXPECT_NE(std::find(dense.ops.begin(), dense.ops.end(), std::pair{Op::kMatMul, DType::kQ8_0}), dense.ops.end());
+  EXPECT_NE(std::find(dense.ops.begin(), dense.ops.end(), std::pair{Op::kGlu, DType::kF32}), dense.ops.end());
 }
 
 TEST(CostModel, CpuDecodeIsBandwidthBound) {
   const MachineProfile p = Profile();
   const UnitSpec u = DenseFfn();
   const double t = UnitSeconds(u, Placement::kCpu, {.n_tok = 1, .ctx = 0, .kv_elem_bytes = 2}, p);
-  const double bytes = 3.0 * 1000 * 4000 / 32 * 34;
+  const double bytes = kFfnMatrixBytes + kFfnNormBytes;
   EXPECT_NEAR(t, bytes / 20e9 + 6 * 1e-5, kRel * t);
 }
 
@@ -124,19 +156,19 @@ TEST(CostModel, CpuPrefillIsComputeBound) {
   const MachineProfile p = Profile();
   const UnitSpec u = DenseFfn();
   const double t = UnitSeconds(u, Placement::kCpu, {.n_tok = 512, .ctx = 0, .kv_elem_bytes = 2}, p);
-  EXPECT_NEAR(t, 512 * 2.0 * 12e6 / 100e9 + 6 * 1e-5, kRel * t);
+  EXPECT_NEAR(t, 512 * 2.0 * 3 * 1024 * 4096 / 100e9 + 6 * 1e-5, kRel * t);
 }
 
 TEST(CostModel, StreamIsTheSlowerOfCopyAndCompute) {
   const MachineProfile p = Profile();
   const UnitSpec u = DenseFfn();
-  const double bytes = 3.0 * 1000 * 4000 / 32 * 34;
+  const double bytes = kFfnMatrixBytes + kFfnNormBytes;
   // Decode: the copy (bytes / 10 GB/s) dominates the GPU read (bytes / 1000 GB/s).
   const double dec = UnitSeconds(u, Placement::kStream, {.n_tok = 1, .ctx = 0, .kv_elem_bytes = 2}, p);
   EXPECT_NEAR(dec, bytes / 10e9 + 6 * 2e-6 + 3e-5, kRel * dec);
   // A huge batch: compute (n * 24 MFLOP / 10 TFLOP/s) dominates the copy.
   const double big = UnitSeconds(u, Placement::kStream, {.n_tok = 100000, .ctx = 0, .kv_elem_bytes = 2}, p);
-  EXPECT_NEAR(big, 100000 * 2.0 * 12e6 / 10000e9 + 6 * 2e-6 + 3e-5, kRel * big);
+  EXPECT_NEAR(big, 100000 * 2.0 * 3 * 1024 * 4096 / 10000e9 + 6 * 2e-6 + 3e-5, kRel * big);
   // Resident: no copy at all.
   const double gpu = UnitSeconds(u, Placement::kGpu, {.n_tok = 1, .ctx = 0, .kv_elem_bytes = 2}, p);
   EXPECT_NEAR(gpu, bytes / 1000e9 + 6 * 2e-6, kRel * gpu);

@@ -104,7 +104,8 @@ TEST_P(GoldenTest, MatchesLlamaCpp) {
       ASSERT_EQ(router_logits[il].size(), prompt.size() * cfg.n_expert);
       std::vector<int32_t> ids(prompt.size() * k);
       std::vector<float> w(prompt.size() * k);
-      cpu::MoeRouteRef(router_logits[il].data(), prompt.size(), cfg.n_expert, k, ids.data(), w.data());
+      cpu::MoeRouteRef(router_logits[il].data(), prompt.size(), MoeRouteParams{.n_expert = cfg.n_expert, .k = k},
+                       ids.data(), w.data());
       for (size_t t = 0; t < prompt.size(); ++t) {
         std::vector<double> probs = layer["probs"][t].get<std::vector<double>>();
         std::sort(probs.rbegin(), probs.rend());

@@ -8,12 +8,13 @@
 
 #include "core/dtype.h"
 #include "core/gguf.h"
-#include "core/model_config.h"
+#include "arch/model_config.h"
 #include "core/status.h"
+#include "cpu_backend/kernels.h"
 #include "graph/calibrate.h"
 #include "graph/partitioner.h"
 #include "graph/profile.h"
-#include "graph/sim_backend.h"
+#include "sim_backend/sim_backend.h"
 
 namespace tandem::test {
 
@@ -24,6 +25,7 @@ inline ModelConfig MixtralConfig() {
   c.n_layer = 32;
   c.n_embd = 4096;
   c.n_ff = 14336;
+  c.n_ff_expert = 14336;
   c.n_head = 32;
   c.n_head_kv = 8;
   c.head_dim = 128;
@@ -104,9 +106,7 @@ inline PartitionInput MixtralInput(std::string_view device, const MachineProfile
   }
   const SimOptions sim = ParseSimSpec(device).value();
   in.profile = SimProfile(cpu, sim);
-  in.has_gpu = true;
-  in.device_capacity = sim.capacity;
-  in.device_name = sim.spec;
+  in.devices = {DeviceDesc{.name = sim.spec, .capacity = sim.capacity, .supports = SimSupports}};
   return in;
 }
 

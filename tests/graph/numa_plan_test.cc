@@ -13,7 +13,7 @@
 #include "core/dtype.h"
 #include "cpu_backend/repack.h"
 #include "cpu_backend/thread_pinning.h"
-#include "graph/model.h"
+#include "arch/arch.h"
 #include "tests/testutil.h"
 
 namespace tandem {
@@ -43,6 +43,7 @@ GgufTensorInfo Info(const std::string& name, DType type, std::vector<int64_t> ne
 
 // Mixtral-8x7B's tensors with every matrix in Q4_K (norms and the router F32), as in a GGUF file.
 std::vector<GgufTensorInfo> MixtralShaped(ModelConfig& cfg) {
+  cfg.arch = "llama";
   cfg.n_layer = 32;
   cfg.n_embd = 4096;
   cfg.n_ff = 14336;
@@ -245,6 +246,7 @@ TEST(WeightTensors, ClassifiesMixtral) {
 
 TEST(WeightTensors, LegacyPerExpertTensors) {
   ModelConfig cfg;
+  cfg.arch = "llama";
   cfg.n_expert = 4;
   cfg.legacy_experts = true;
   const std::vector<GgufTensorInfo> infos = {Info("blk.2.ffn_up.3.weight", DType::kQ8_0, {64, 96}),
@@ -367,7 +369,7 @@ TEST(NumaPlan, TinyMixtralFile) {
 TEST(CopyRegions, GroupsFollowTheirRowsByHand) {
   static uint8_t file[64 * 100];  // a 64-row matrix, 100 bytes a row
   static uint8_t copy[4 * 1000];  // its copy: 4 groups of 16 rows, 1000 bytes a group
-  const cpu::WeightMatrix m{.type = DType::kQ4_0, .data = file, .rows = 64, .cols = 32, .row_stride = 100};
+  const WeightMatrix m{.type = DType::kQ4_0, .data = file, .rows = 64, .cols = 32, .row_stride = 100};
   // Rows [0, 32) on node 1, rows [32, 48) on node 0, rows [48, 64) on node 1.
   const MemoryRegion in[] = {{file, 3200, 1}, {file + 3200, 1600, 0}, {file + 4800, 1600, 1}};
   const std::vector<MemoryRegion> out = CopyRegions(in, m, copy, 16, 1000);
@@ -405,23 +407,25 @@ TEST(CopyRegions, ShardKeepsEachRepackedExpertOnItsNode) {
   ASSERT_TRUE(plan.ok()) << plan.status();
   absl::StatusOr<std::vector<MemoryRegion>> file_regions = NumaMemoryRegions(*plan, **file);
   ASSERT_TRUE(file_regions.ok()) << file_regions.status();
-  absl::StatusOr<ModelWeights> w = MapWeights(**file, *cfg);
-  ASSERT_TRUE(w.ok()) << w.status();
+  absl::StatusOr<ModelSchema> model = ReadModelSchema(**file);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const TensorData data_of = [&](const GgufTensorInfo& t) { return (*file)->TensorData(t); };
   int checked = 0;
   for (int il = 0; il < cfg->n_layer; ++il) {
-    for (int e = 0; e < cfg->n_expert; ++e) {
-      const ExpertWeights& x = w->ffn[il].experts[e];
-      for (const cpu::WeightMatrix* m : {&x.gate, &x.up, &x.down}) {
-        ASSERT_TRUE(cpu::CanRepack(*m));
-        std::vector<uint8_t> copy(cpu::PackedBytes(*m));
-        const size_t group_bytes = copy.size() / static_cast<size_t>(m->rows / cpu::kPackRows);
-        const std::vector<MemoryRegion> r = CopyRegions(*file_regions, *m, copy.data(), cpu::kPackRows, group_bytes);
-        ASSERT_EQ(r.size(), 1u) << "layer " << il << " expert " << e;
-        EXPECT_EQ(r[0].addr, copy.data());
-        EXPECT_EQ(r[0].bytes, copy.size());
-        EXPECT_EQ(r[0].node, plan->ExpertNode(il, e));
-        ++checked;
-      }
+    const UnitWeights w = BindUnit(*model, UnitKind::kFfn, il, data_of);
+    // Expert slots hold [slot * n_expert + e]: each of the gate, up and down stacks, expert by expert.
+    for (size_t i = 0; i < w.expert_slots.size(); ++i) {
+      const int e = static_cast<int>(i % cfg->n_expert);
+      const WeightMatrix* m = &w.expert_slots[i];
+      ASSERT_TRUE(cpu::CanRepack(*m));
+      std::vector<uint8_t> copy(cpu::PackedBytes(*m));
+      const size_t group_bytes = copy.size() / static_cast<size_t>(m->rows / cpu::kPackRows);
+      const std::vector<MemoryRegion> r = CopyRegions(*file_regions, *m, copy.data(), cpu::kPackRows, group_bytes);
+      ASSERT_EQ(r.size(), 1u) << "layer " << il << " expert " << e;
+      EXPECT_EQ(r[0].addr, copy.data());
+      EXPECT_EQ(r[0].bytes, copy.size());
+      EXPECT_EQ(r[0].node, plan->ExpertNode(il, e));
+      ++checked;
     }
   }
   EXPECT_EQ(checked, 3 * cfg->n_layer * cfg->n_expert);

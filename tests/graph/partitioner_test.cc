@@ -10,7 +10,7 @@
 #include <regex>
 
 #include "core/gguf.h"
-#include "core/model_config.h"
+#include "arch/model_config.h"
 #include "graph/plan_report.h"
 #include "tests/graph/mixtral_units.h"
 #include "tests/testutil.h"
@@ -44,19 +44,19 @@ Recount RecountGpu(const Plan& p, const std::vector<UnitSpec>& units) {
   return r;
 }
 
-// Decode PCIe bytes recomputed from the units: streamed weights, activations at side changes, logits back.
+// Decode PCIe bytes recomputed from the units: streamed weights, the token's id and position to the GPU when
+// anything runs there, activations at side changes, logits back.
 uint64_t RecountPcieDecode(const Plan& p, uint64_t n_embd, uint64_t n_vocab) {
   uint64_t bytes = 0;
   bool prev = false;  // the token enters on the host
+  bool any_gpu = false;
   for (const UnitPlan& u : p.units) {
     if (u.decode == Placement::kStream) bytes += u.weight_bytes;
-    if (&u == &p.units.front()) {
-      if (GpuSide(u.decode)) bytes += sizeof(int32_t);
-    } else if (GpuSide(u.decode) != prev) {
-      bytes += n_embd * sizeof(float);
-    }
+    if (&u != &p.units.front() && GpuSide(u.decode) != prev) bytes += n_embd * sizeof(float);
     prev = GpuSide(u.decode);
+    any_gpu = any_gpu || prev;
   }
+  if (any_gpu) bytes += 2 * sizeof(int32_t);
   if (prev) bytes += n_vocab * sizeof(float);
   return bytes;
 }
@@ -91,11 +91,11 @@ TEST(Partitioner, MixtralUnitsHaveTheExpectedBytes) {
   const uint64_t experts = 3ull * 8 * 4096 * 14336 / 256 * 144;
   EXPECT_EQ(in.units[2].expert_bytes, experts);
   EXPECT_EQ(in.units[2].weight_bytes, experts + 4096ull * 8 * 4 + 4096 * 4);
-  EXPECT_EQ(in.units[2].n_expert, 8);
-  EXPECT_EQ(in.units[2].n_expert_used, 2);
-  EXPECT_DOUBLE_EQ(in.units[2].expert_params, 3.0 * 4096 * 14336);
-  EXPECT_DOUBLE_EQ(in.units[1].dense_params, 2.0 * 4096 * 4096 + 2.0 * 4096 * 1024);
-  EXPECT_DOUBLE_EQ(in.units[1].kv_params, 2.0 * 4096 * 1024);  // wk and wv
+  // What a decoded token does, counted from the units' functions: the router and 2 of the 8 experts; q, k, v, o.
+  EXPECT_DOUBLE_EQ(WorkOf(in.units[2], 1, 0, 2).flops, 2.0 * (4096.0 * 8 + 2 * 3.0 * 4096 * 14336));
+  EXPECT_DOUBLE_EQ(WorkOf(in.units[1], 1, 0, 2).flops, 2.0 * (2.0 * 4096 * 4096 + 2.0 * 4096 * 1024));
+  // The last layer's cache-only share of a 64-token prompt: wk and wv.
+  EXPECT_DOUBLE_EQ(WorkOf(in.units[1], 64, 0, 2, /*n_live=*/0).flops, 2.0 * 64 * (2.0 * 4096 * 1024));
   EXPECT_EQ(in.units[1].KvBytes(4096, 2), 2ull * 4096 * 1024 * 2);
   // Packed for the device, each tensor on a 256-byte boundary: the 16 KiB norm and the 128 KiB router already are.
   EXPECT_EQ(in.units[1].packed_bytes, in.units[1].weight_bytes);
@@ -362,7 +362,10 @@ void CheckRealModel(const std::string& path) {
   for (const UnitSpec& u : units) {
     unit_bytes += u.weight_bytes;
     EXPECT_GE(u.packed_bytes, u.weight_bytes);
-    EXPECT_LT(u.packed_bytes, u.weight_bytes + 256 * u.tensors.size());
+    size_t n_matrices = 0;  // each starts on a 256-byte boundary, expert slices too
+    UnitWeights w = u.program->weights;
+    w.ForEach([&](WeightMatrix&) { ++n_matrices; });
+    EXPECT_LT(u.packed_bytes, u.weight_bytes + 256 * n_matrices);
     for (const std::string& t : u.tensors) ++seen[t];
   }
   uint64_t file_bytes = 0;
@@ -375,16 +378,14 @@ void CheckRealModel(const std::string& path) {
   EXPECT_EQ(unit_bytes, file_bytes + tied);
   if (cfg.is_moe()) {
     EXPECT_GT(units[2].expert_bytes, 0u);
-    EXPECT_EQ(units[2].n_expert, cfg.n_expert);
+    EXPECT_EQ(units[2].program->weights.n_expert, cfg.n_expert);
   }
 
   PartitionInput in;
   in.config = cfg;
   in.units = units;
   in.profile = SimProfile(CpuProfile(20, 100), ParseSimSpec("sim:64MiB").value());
-  in.has_gpu = true;
-  in.device_capacity = 64ull << 20;
-  in.device_name = "sim:64MiB";
+  in.devices = {DeviceDesc{.name = "sim:64MiB", .capacity = 64ull << 20, .supports = SimSupports}};
   in.n_ctx = 256;
   const Plan p = Partition(in).value();
   EXPECT_LE(p.gpu.total(), 64ull << 20);
@@ -393,6 +394,35 @@ void CheckRealModel(const std::string& path) {
 
 TEST(Partitioner, RealModelsStories260KMoe) { CheckRealModel(test::ModelPath("stories260K-moe4.gguf")); }
 TEST(Partitioner, RealModelsTinyMixtral) { CheckRealModel(test::DataPath("models/tiny-mixtral-Q4_0.gguf")); }
+
+}  // namespace
+}  // namespace tandem
+
+namespace tandem {
+namespace {
+
+// A device that cannot run some unit's ops: auto keeps those units on the CPU, and counts that put them there are
+// an error that names the device, the unit and the op.
+TEST(Partitioner, UnitsGoOnlyWhereTheDeviceSupportsTheirOps) {
+  PartitionInput in = MixtralInput("sim:24GiB", CpuProfile(50, 500));
+  // A device without Q4_K matmuls: the experts (MoeExperts on Q4_K) and the attention (MatMul on Q4_K) cannot go.
+  in.devices[0].supports = [](Op op, DType t) { return !(op == Op::kMoeExperts && t == DType::kQ4_K); };
+  const Plan automatic = Partition(in).value();
+  int ffn_on_gpu = 0, attn_on_gpu = 0;
+  for (const UnitPlan& u : automatic.units) {
+    if (u.kind == UnitKind::kFfn) ffn_on_gpu += GpuSide(u.prefill) || GpuSide(u.decode);
+    if (u.kind == UnitKind::kAttn) attn_on_gpu += GpuSide(u.prefill) || GpuSide(u.decode);
+  }
+  EXPECT_EQ(ffn_on_gpu, 0) << automatic.why;
+  EXPECT_GT(attn_on_gpu, 0) << automatic.why;  // the rest still uses the device
+
+  in.request.gpu_layers = 2;
+  const absl::StatusOr<Plan> counts = Partition(in);
+  ASSERT_FALSE(counts.ok());
+  const std::string msg(counts.status().message());
+  EXPECT_NE(msg.find("sim:24GiB cannot run blk.30.ffn"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("MoeExperts for Q4_K"), std::string::npos) << msg;
+}
 
 }  // namespace
 }  // namespace tandem

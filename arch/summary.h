@@ -1,13 +1,13 @@
-// Bytes of a model's weights per layer and per group, from the tensor table alone (no tensor data is read).
-// `tandem inspect` prints it and the placement planner sizes its units with it.
+// Bytes of a model's weights per layer and per group, from the tensor table and its family's schema (no tensor
+// data is read). `tandem inspect` prints it.
 #pragma once
 
 #include <cstdint>
 #include <string_view>
 #include <vector>
 
+#include "arch/model_config.h"
 #include "core/gguf.h"
-#include "core/model_config.h"
 
 namespace tandem {
 
@@ -27,10 +27,10 @@ struct GroupBytes {
 
 struct LayerSummary {
   GroupBytes groups;          // this layer's attention, dense FFN or experts (other groups stay 0 here)
-  uint64_t norm_bytes = 0;    // attn_norm + ffn_norm (already inside groups; shown for information)
-  uint64_t router_bytes = 0;  // ffn_gate_inp (already inside experts)
+  uint64_t norm_bytes = 0;    // the layer's norms (already inside groups; shown for information)
+  uint64_t router_bytes = 0;  // the MoE router (already inside experts)
   uint64_t expert_bytes = 0;  // gate+up+down of ALL experts, no router or norm
-  int n_expert = 0;           // experts found in this layer's tensors
+  int n_expert = 0;
   // One expert's gate+up+down: what a decode step reads per selected expert.
   uint64_t bytes_per_expert() const { return n_expert > 0 ? expert_bytes / n_expert : 0; }
   uint64_t total() const { return groups.total(); }
@@ -38,17 +38,14 @@ struct LayerSummary {
 
 struct ModelSummary {
   std::vector<LayerSummary> layers;  // blk.0 .. blk.(n_layer-1)
-  GroupBytes global;                 // tensors outside the layers: token_embd, output_norm, output, others
+  GroupBytes global;                 // tensors outside the layers: embeddings, output, others
   GroupBytes totals;                 // global + every layer
   uint64_t total_bytes = 0;          // sum of every tensor's bytes (== totals.total())
   uint64_t n_params = 0;             // sum of every tensor's elements
 };
 
-// Classifies one tensor name. *layer is the N of "blk.N." (or -1 outside the layers).
-// `moe_layer` says whether ffn_norm belongs to experts rather than the dense FFN.
-TensorGroup ClassifyTensor(std::string_view name, bool moe_layer, int* layer);
-
-// Works for any parsed file; `config` (may be null) fixes the layer count, else it is 1 + the largest blk index.
+// With a config (LoadModelConfig's, so the file matched its family's schema) every tensor counts in its entry's
+// group; without one (a vocab-only file) every tensor counts as "other".
 ModelSummary SummarizeModel(const GgufFile& file, const ModelConfig* config);
 
 }  // namespace tandem

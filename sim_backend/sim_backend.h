@@ -2,6 +2,8 @@
 // are real memcpys throttled to a PCIe rate, and whose kernels are the CPU kernels. It lets the executor's
 // streaming, budgets and event ordering be tested, and "what if I had a 12 GB card" be answered, with no GPU.
 //
+// Its own folder beside the real backends: it depends on runtime/ and the CPU kernels, never on graph/.
+//
 // Streams behave like CUDA streams: each has its own worker thread running its queue in order. RecordEvent marks
 // a point in a stream; WaitEvent makes another stream wait until that point has run (the most recent Record at
 // the time of the Wait; an event never recorded is already complete); Synchronize blocks the host until a
@@ -24,7 +26,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "graph/backend.h"
+#include "runtime/backend.h"
 
 namespace tandem {
 
@@ -39,13 +41,16 @@ struct SimOptions {
 // or plain bytes.
 absl::StatusOr<SimOptions> ParseSimSpec(std::string_view spec);
 
+// What a simulated GPU runs (SimBackend::Supports): every op, with the weight types the CPU kernels compute.
+bool SimSupports(Op op, DType weight_type);
+
 struct TraceEvent {
   enum class Kind { kCopy, kCompute };
   Kind kind = Kind::kCompute;
   Stream stream = Stream::kCompute;
   std::string label;  // the trace label when the work was queued
   std::string op;     // "H2D", "D2H", "MatMul", "Attention", ...
-  uint64_t bytes = 0;  // copies: bytes moved; MatMul: weight bytes read
+  uint64_t bytes = 0;  // copies: bytes moved; compute: the weight (or, for Attention, cache) bytes it read
   int64_t start_ns = 0;  // since the backend was created
   int64_t end_ns = 0;
 };
@@ -64,7 +69,7 @@ class SimBackend final : public Backend {
   absl::StatusOr<void*> Alloc(size_t bytes, std::string_view what) override;
   void Free(void* p) override;
   size_t capacity() const override { return opts_.capacity; }
-  size_t bytes_in_use() const override;
+  size_t bytes_in_use() const;
   size_t peak_bytes() const override;
   absl::StatusOr<void*> AllocHostPinned(size_t bytes) override;
   void FreeHostPinned(void* p) override;
@@ -80,21 +85,15 @@ class SimBackend final : public Backend {
   void GetRows(const WeightMatrix& table, const int32_t* ids, int64_t n_tok, float* y) override;
   void RmsNorm(const float* x, const float* w, int64_t n_tok, int64_t n, float eps, float* y) override;
   void MatMul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y) override;
+  void AddBias(const float* x, const float* b, int64_t n_tok, int64_t n, float* y) override;
   void Rope(float* x, int64_t n_tok, const int32_t* pos, const RopeParams& p) override;
   void KvStore(const KvLayer& kv, const float* k, const float* v, int64_t n_tok, int64_t pos0) override;
   void Attention(const float* q, const KvLayer& kv, int64_t n_tok, int64_t pos0, const AttentionParams& p,
                  float* out) override;
-  void SwiGlu(const float* g, const float* u, int64_t n, float* y) override;
+  void Glu(const float* g, const float* u, int64_t n, const GluParams& p, float* y) override;
   void Add(const float* a, const float* b, int64_t n, float* y) override;
-  void Scale(const float* x, float s, int64_t n, float* y) override;
-  void AddScaled(const float* x, float s, int64_t n, float* y) override;
-  void MoeRoute(const float* logits, int64_t n_tok, int n_expert, int k, int32_t* ids_host,
-                float* weights_host) override;
-  void GatherRows(const float* x, const int32_t* idx_host, int64_t n_idx, int64_t n, float* y) override;
-  void ScatterAddRows(const float* x, const int32_t* idx_host, const float* w_host, int64_t n_idx, int64_t n,
-                      float* y) override;
-  void ScatterRows(const float* x, const int32_t* idx_host, const float* w_host, int64_t n_idx, int64_t n,
-                   float* y) override;
+  void MoeRoute(const float* logits, int64_t n_tok, const MoeRouteParams& p, int32_t* ids, float* weights) override;
+  void MoeExperts(const MoeExpertsArgs& a) override;
 
   absl::Status TakeError() override;
 
@@ -120,9 +119,6 @@ class SimBackend final : public Backend {
   // DeviceRange, recorded as the sticky error when it fails (for the kernels, which return nothing).
   bool CheckDevice(const void* p, size_t n, std::string_view op, std::string_view what);
   void SetError(absl::Status s);
-  // y[idx[i]] = or += w[i] * x[i] on the compute stream.
-  void Scatter(const float* x, const int32_t* idx_host, const float* w_host, int64_t n_idx, int64_t n, float* y,
-               bool accumulate);
   // Queues fn on the compute stream, timed and traced.
   template <typename Fn>
   void Compute(std::string_view op, uint64_t weight_bytes, Fn&& fn);
@@ -141,6 +137,11 @@ class SimBackend final : public Backend {
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
   size_t matmul_scratch_bytes_ = 0;
+  size_t attention_scratch_bytes_ = 0;
+  void* grouping_ = nullptr;  // MoeExperts' grouping of (token, slot) pairs, in device memory
+  int64_t grouping_max_pairs_ = 0;
+  int grouping_n_expert_ = 0;
+  int grouping_k_ = 0;
   int compute_threads_ = 1;  // OpenMP threads of the compute worker (ReserveWorkspace's n_threads when given)
 
   std::mutex err_mu_;

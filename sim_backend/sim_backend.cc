@@ -1,4 +1,4 @@
-#include "graph/sim_backend.h"
+#include "sim_backend/sim_backend.h"
 
 #include <omp.h>
 
@@ -11,6 +11,7 @@
 #include <deque>
 #include <functional>
 #include <thread>
+#include <type_traits>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -188,10 +189,12 @@ SimBackend::~SimBackend() {
   for (auto& [base, bytes] : pinned_) std::free(reinterpret_cast<void*>(base));
 }
 
-bool SimBackend::Supports(Op op, DType weight_type) const {
-  if (op != Op::kMatMul && op != Op::kGetRows) return true;
+bool SimSupports(Op op, DType weight_type) {
+  if (op != Op::kMatMul && op != Op::kGetRows && op != Op::kMoeExperts) return true;
   return std::find(std::begin(kMatMulTypes), std::end(kMatMulTypes), weight_type) != std::end(kMatMulTypes);
 }
+
+bool SimBackend::Supports(Op op, DType weight_type) const { return SimSupports(op, weight_type); }
 
 // ---- Memory ----
 
@@ -262,11 +265,19 @@ absl::Status SimBackend::ReserveWorkspace(const WorkspaceSpec& spec) {
   if (workspace_ != nullptr) {
     Free(workspace_);
     workspace_ = nullptr;
-    workspace_bytes_ = matmul_scratch_bytes_ = 0;
+    workspace_bytes_ = matmul_scratch_bytes_ = attention_scratch_bytes_ = 0;
+    grouping_ = nullptr;
   }
-  TANDEM_ASSIGN_OR_RETURN(workspace_, Alloc(matmul_bytes + attention_bytes, "workspace"));
-  workspace_bytes_ = matmul_bytes + attention_bytes;
+  const size_t grouping_bytes =
+      spec.n_expert > 0 ? cpu::MoeGroupingBytes(spec.max_tokens, spec.n_expert, spec.n_expert_used) : 0;
+  TANDEM_ASSIGN_OR_RETURN(workspace_, Alloc(matmul_bytes + attention_bytes + grouping_bytes, "workspace"));
+  workspace_bytes_ = matmul_bytes + attention_bytes + grouping_bytes;
   matmul_scratch_bytes_ = matmul_bytes;
+  attention_scratch_bytes_ = attention_bytes;
+  grouping_ = grouping_bytes > 0 ? static_cast<uint8_t*>(workspace_) + matmul_bytes + attention_bytes : nullptr;
+  grouping_max_pairs_ = spec.max_tokens * spec.n_expert_used;
+  grouping_n_expert_ = spec.n_expert;
+  grouping_k_ = spec.n_expert_used;
   return absl::OkStatus();
 }
 
@@ -303,8 +314,14 @@ bool SimBackend::CheckDevice(const void* p, size_t n, std::string_view op, std::
 }
 
 void SimBackend::SetError(absl::Status s) {
+  std::string label;
+  {
+    std::lock_guard<std::mutex> lock(trace_mu_);
+    label = label_;
+  }
   std::lock_guard<std::mutex> lock(err_mu_);
-  if (error_.ok()) error_ = std::move(s);
+  if (!error_.ok()) return;
+  error_ = label.empty() ? std::move(s) : absl::Status(s.code(), Cat(label, ": ", s.message()));
 }
 
 absl::Status SimBackend::TakeError() {
@@ -465,12 +482,17 @@ void SimBackend::Compute(std::string_view op, uint64_t weight_bytes, Fn&& fn) {
       [this, op = std::string(op), weight_bytes, rate, label = std::move(label), fn = std::forward<Fn>(fn)] {
         const auto start = Clock::now();
         const int64_t start_ns = NowNs();
-        fn();
-        if (rate > 0 && weight_bytes > 0) {
-          std::this_thread::sleep_until(start +
-                                        std::chrono::nanoseconds(static_cast<int64_t>(weight_bytes / rate * 1e9)));
+        uint64_t bytes = weight_bytes;
+        // Work whose weight bytes only the device knows (the experts a batch routes to) returns them.
+        if constexpr (std::is_same_v<decltype(fn()), uint64_t>) {
+          bytes += fn();
+        } else {
+          fn();
         }
-        Record({TraceEvent::Kind::kCompute, Stream::kCompute, label, op, weight_bytes, start_ns, NowNs()});
+        if (rate > 0 && bytes > 0) {
+          std::this_thread::sleep_until(start + std::chrono::nanoseconds(static_cast<int64_t>(bytes / rate * 1e9)));
+        }
+        Record({TraceEvent::Kind::kCompute, Stream::kCompute, label, op, bytes, start_ns, NowNs()});
       });
 }
 
@@ -480,7 +502,9 @@ void SimBackend::GetRows(const WeightMatrix& table, const int32_t* ids, int64_t 
       !CheckDevice(y, n_tok * table.cols * sizeof(float), "GetRows", "y")) {
     return;
   }
-  Compute("GetRows", 0, [table, ids, n_tok, y] { cpu::GetRows(table, ids, n_tok, y); });
+  // A lookup reads one row of the table per token; a norm or a bias reads its vector: the throttle charges them.
+  Compute("GetRows", static_cast<uint64_t>(n_tok) * RowBytes(table.type, table.cols),
+          [table, ids, n_tok, y] { cpu::GetRows(table, ids, n_tok, y); });
 }
 
 void SimBackend::RmsNorm(const float* x, const float* w, int64_t n_tok, int64_t n, float eps, float* y) {
@@ -489,7 +513,8 @@ void SimBackend::RmsNorm(const float* x, const float* w, int64_t n_tok, int64_t 
       (w != nullptr && !CheckDevice(w, n * sizeof(float), "RmsNorm", "w"))) {
     return;
   }
-  Compute("RmsNorm", 0, [=] { cpu::RmsNorm(x, w, n_tok, n, eps, y); });
+  Compute("RmsNorm", w != nullptr ? static_cast<uint64_t>(n) * sizeof(float) : 0,
+          [=] { cpu::RmsNorm(x, w, n_tok, n, eps, y); });
 }
 
 void SimBackend::MatMul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y) {
@@ -511,7 +536,9 @@ void SimBackend::MatMul(const WeightMatrix& w, const float* x, int64_t n_tok, fl
 
 void SimBackend::Rope(float* x, int64_t n_tok, const int32_t* pos, const RopeParams& p) {
   if (!CheckDevice(x, static_cast<size_t>(n_tok) * p.n_head * p.head_dim * sizeof(float), "Rope", "x") ||
-      !CheckDevice(pos, n_tok * sizeof(int32_t), "Rope", "pos")) {
+      !CheckDevice(pos, n_tok * sizeof(int32_t), "Rope", "pos") ||
+      (p.freq_factors != nullptr &&
+       !CheckDevice(p.freq_factors, static_cast<size_t>(p.n_rot / 2) * sizeof(float), "Rope", "freq_factors"))) {
     return;
   }
   Compute("Rope", 0, [=] { cpu::Rope(x, n_tok, pos, p); });
@@ -532,13 +559,14 @@ void SimBackend::Attention(const float* q, const KvLayer& kv, int64_t n_tok, int
   const size_t cache = static_cast<size_t>(kv.n_ctx * kv.row_elems) * (kv.type == DType::kF32 ? 4 : 2);
   const size_t rows = static_cast<size_t>(n_tok) * p.n_head * p.head_dim * sizeof(float);
   if (!CheckDevice(q, rows, "Attention", "q") || !CheckDevice(out, rows, "Attention", "out") ||
-      !CheckDevice(kv.k, cache, "Attention", "the K cache") || !CheckDevice(kv.v, cache, "Attention", "the V cache")) {
+      !CheckDevice(kv.k, cache, "Attention", "the K cache") || !CheckDevice(kv.v, cache, "Attention", "the V cache") ||
+      (p.sinks != nullptr && !CheckDevice(p.sinks, static_cast<size_t>(p.n_head) * sizeof(float), "Attention", "sinks"))) {
     return;
   }
   const size_t need = cpu::AttentionScratchBytes(kv.n_ctx, p.n_head, compute_threads_);
-  if (workspace_ == nullptr || need > workspace_bytes_ - matmul_scratch_bytes_) {
+  if (workspace_ == nullptr || need > attention_scratch_bytes_) {
     SetError(FailedPrecondition(opts_.spec, ": Attention needs ", need, " bytes of workspace, ",
-                                workspace_bytes_ - matmul_scratch_bytes_, " reserved"));
+                                attention_scratch_bytes_, " reserved"));
     return;
   }
   void* scratch = static_cast<uint8_t*>(workspace_) + matmul_scratch_bytes_;
@@ -547,13 +575,22 @@ void SimBackend::Attention(const float* q, const KvLayer& kv, int64_t n_tok, int
   Compute("Attention", kv_read, [=] { cpu::Attention(q, kv, n_tok, pos0, p, out, scratch); });
 }
 
-void SimBackend::SwiGlu(const float* g, const float* u, int64_t n, float* y) {
-  const size_t bytes = static_cast<size_t>(n) * sizeof(float);
-  if (!CheckDevice(g, bytes, "SwiGlu", "g") || !CheckDevice(u, bytes, "SwiGlu", "u") ||
-      !CheckDevice(y, bytes, "SwiGlu", "y")) {
+void SimBackend::AddBias(const float* x, const float* b, int64_t n_tok, int64_t n, float* y) {
+  const size_t bytes = static_cast<size_t>(n_tok * n) * sizeof(float);
+  if (!CheckDevice(x, bytes, "AddBias", "x") || !CheckDevice(y, bytes, "AddBias", "y") ||
+      !CheckDevice(b, static_cast<size_t>(n) * sizeof(float), "AddBias", "b")) {
     return;
   }
-  Compute("SwiGlu", 0, [=] { cpu::SwiGlu(g, u, n, y); });
+  Compute("AddBias", static_cast<uint64_t>(n) * sizeof(float), [=] { cpu::AddBias(x, b, n_tok, n, y); });
+}
+
+void SimBackend::Glu(const float* g, const float* u, int64_t n, const GluParams& p, float* y) {
+  const size_t bytes = static_cast<size_t>(n) * sizeof(float);
+  if (!CheckDevice(g, bytes, "Glu", "g") || (u != nullptr && !CheckDevice(u, bytes, "Glu", "u")) ||
+      !CheckDevice(y, bytes, "Glu", "y")) {
+    return;
+  }
+  Compute("Glu", 0, [=] { cpu::Glu(g, u, n, p, y); });
 }
 
 void SimBackend::Add(const float* a, const float* b, int64_t n, float* y) {
@@ -564,71 +601,96 @@ void SimBackend::Add(const float* a, const float* b, int64_t n, float* y) {
   Compute("Add", 0, [=] { cpu::Add(a, b, n, y); });
 }
 
-void SimBackend::Scale(const float* x, float s, int64_t n, float* y) {
-  const size_t bytes = static_cast<size_t>(n) * sizeof(float);
-  if (!CheckDevice(x, bytes, "Scale", "x") || !CheckDevice(y, bytes, "Scale", "y")) return;
-  Compute("Scale", 0, [=] {
-    for (int64_t i = 0; i < n; ++i) y[i] = s * x[i];
-  });
-}
-
-void SimBackend::AddScaled(const float* x, float s, int64_t n, float* y) {
-  const size_t bytes = static_cast<size_t>(n) * sizeof(float);
-  if (!CheckDevice(x, bytes, "AddScaled", "x") || !CheckDevice(y, bytes, "AddScaled", "y")) return;
-  Compute("AddScaled", 0, [=] {
-    for (int64_t i = 0; i < n; ++i) y[i] += s * x[i];
-  });
-}
-
-void SimBackend::MoeRoute(const float* logits, int64_t n_tok, int n_expert, int k, int32_t* ids_host,
-                          float* weights_host) {
-  if (!CheckDevice(logits, static_cast<size_t>(n_tok) * n_expert * sizeof(float), "MoeRoute", "logits")) return;
-  // The caller groups tokens by expert right after: like the CUDA backend, return with the host results written.
-  Compute("MoeRoute", 0, [=] { cpu::MoeRoute(logits, n_tok, n_expert, k, ids_host, weights_host); });
-  workers_[static_cast<int>(Stream::kCompute)]->Drain();
-}
-
-void SimBackend::GatherRows(const float* x, const int32_t* idx_host, int64_t n_idx, int64_t n, float* y) {
-  if (!CheckDevice(x, static_cast<size_t>(n) * sizeof(float), "GatherRows", "x") ||
-      !CheckDevice(y, static_cast<size_t>(n_idx * n) * sizeof(float), "GatherRows", "y")) {
+void SimBackend::MoeRoute(const float* logits, int64_t n_tok, const MoeRouteParams& p, int32_t* ids,
+                          float* weights) {
+  const size_t pairs = static_cast<size_t>(n_tok) * static_cast<size_t>(std::max(p.k, 0));
+  if (p.k < 1 || p.k > p.n_expert) {
+    SetError(InvalidArgument(opts_.spec, ": MoeRoute: top-", p.k, " of ", p.n_expert, " experts"));
     return;
   }
-  // Host index arrays are copied now: the caller may reuse them before the stream runs.
-  std::vector<int32_t> idx(idx_host, idx_host + n_idx);
-  Compute("GatherRows", 0, [x, idx = std::move(idx), n, y] {
-    for (size_t i = 0; i < idx.size(); ++i) {
-      std::memcpy(y + i * n, x + static_cast<int64_t>(idx[i]) * n, static_cast<size_t>(n) * sizeof(float));
-    }
-  });
-}
-
-void SimBackend::ScatterAddRows(const float* x, const int32_t* idx_host, const float* w_host, int64_t n_idx,
-                                int64_t n, float* y) {
-  Scatter(x, idx_host, w_host, n_idx, n, y, /*accumulate=*/true);
-}
-
-void SimBackend::ScatterRows(const float* x, const int32_t* idx_host, const float* w_host, int64_t n_idx, int64_t n,
-                             float* y) {
-  Scatter(x, idx_host, w_host, n_idx, n, y, /*accumulate=*/false);
-}
-
-void SimBackend::Scatter(const float* x, const int32_t* idx_host, const float* w_host, int64_t n_idx, int64_t n,
-                         float* y, bool accumulate) {
-  const char* op = accumulate ? "ScatterAddRows" : "ScatterRows";
-  if (!CheckDevice(x, static_cast<size_t>(n_idx * n) * sizeof(float), op, "x") ||
-      !CheckDevice(y, static_cast<size_t>(n) * sizeof(float), op, "y")) {
+  if (!CheckDevice(logits, static_cast<size_t>(n_tok) * p.n_expert * sizeof(float), "MoeRoute", "logits") ||
+      !CheckDevice(ids, pairs * sizeof(int32_t), "MoeRoute", "ids") ||
+      !CheckDevice(weights, pairs * sizeof(float), "MoeRoute", "weights") ||
+      (p.selection_bias != nullptr &&
+       !CheckDevice(p.selection_bias, static_cast<size_t>(p.n_expert) * sizeof(float), "MoeRoute", "bias"))) {
     return;
   }
-  // Host index arrays are copied now: the caller may reuse them before the stream runs.
-  std::vector<int32_t> idx(idx_host, idx_host + n_idx);
-  std::vector<float> w(w_host, w_host + n_idx);
-  Compute(op, 0, [x, idx = std::move(idx), w = std::move(w), n, y, accumulate] {
-    // In index order, so repeated indices accumulate deterministically.
-    for (size_t i = 0; i < idx.size(); ++i) {
-      float* dst = y + static_cast<int64_t>(idx[i]) * n;
-      const float* src = x + static_cast<int64_t>(i) * n;
-      for (int64_t j = 0; j < n; ++j) dst[j] = accumulate ? dst[j] + w[i] * src[j] : w[i] * src[j];
+  // Like a GPU, the routing stays in device memory: nothing waits for it here.
+  Compute("MoeRoute", 0, [=] { cpu::MoeRoute(logits, n_tok, p, ids, weights); });
+}
+
+void SimBackend::MoeExperts(const MoeExpertsArgs& a) {
+  if (a.n_tok == 0) return;
+  if (grouping_ == nullptr || a.n_tok * a.k > grouping_max_pairs_ || a.n_expert > grouping_n_expert_ ||
+      a.n_tok > a.buf.rows) {
+    SetError(FailedPrecondition(opts_.spec, ": MoeExperts: ", a.n_tok, " tokens of ", a.k, " of ", a.n_expert,
+                                " experts exceed the workspace or buffers reserved"));
+    return;
+  }
+  const int64_t n_embd = a.experts[0].gate->cols, n_ff = a.experts[0].gate->rows;
+  const size_t pairs = static_cast<size_t>(a.n_tok * a.k);
+  if (!CheckDevice(a.x, static_cast<size_t>(a.n_tok * n_embd) * sizeof(float), "MoeExperts", "x") ||
+      !CheckDevice(a.ids, pairs * sizeof(int32_t), "MoeExperts", "ids") ||
+      !CheckDevice(a.weights, pairs * sizeof(float), "MoeExperts", "weights") ||
+      !CheckDevice(a.out, pairs * n_embd * sizeof(float), "MoeExperts", "out") ||
+      !CheckDevice(a.buf.xe, static_cast<size_t>(a.buf.rows * n_embd) * sizeof(float), "MoeExperts", "buffers") ||
+      !CheckDevice(a.buf.gate, static_cast<size_t>(a.buf.rows * n_ff) * sizeof(float), "MoeExperts", "buffers") ||
+      !CheckDevice(a.buf.up, static_cast<size_t>(a.buf.rows * n_ff) * sizeof(float), "MoeExperts", "buffers")) {
+    return;
+  }
+  // The views are the caller's: keep copies, as the queued work runs later.
+  auto experts = std::make_shared<std::vector<ExpertMatrices>>(a.experts, a.experts + a.n_expert);
+  auto matrices = std::make_shared<std::vector<WeightMatrix>>();
+  matrices->reserve(3 * experts->size());
+  for (ExpertMatrices& m : *experts) {
+    const size_t ff_bytes = static_cast<size_t>(n_ff) * sizeof(float), embd_bytes = static_cast<size_t>(n_embd) * 4;
+    if ((m.gate_bias != nullptr && !CheckDevice(m.gate_bias, ff_bytes, "MoeExperts", "a gate bias")) ||
+        (m.up_bias != nullptr && !CheckDevice(m.up_bias, ff_bytes, "MoeExperts", "an up bias")) ||
+        (m.down_bias != nullptr && !CheckDevice(m.down_bias, embd_bytes, "MoeExperts", "a down bias"))) {
+      return;
     }
+    for (const WeightMatrix** w : {&m.gate, &m.up, &m.down}) {
+      if (!CheckDevice((*w)->data, MatrixBytes(**w), "MoeExperts", "expert weights")) return;
+      matrices->push_back(**w);
+      *w = &matrices->back();
+    }
+  }
+  // A GPU reads the weights of the experts the batch routes to, which only the device knows: the throttle charges
+  // them when the task runs.
+  MoeExpertsArgs args = a;
+  args.experts = experts->data();
+  void* groups_block = grouping_;
+  void* scratch = workspace_;
+  const size_t scratch_bytes = matmul_scratch_bytes_;
+  const int max_tok = static_cast<int>(grouping_max_pairs_ / std::max(grouping_k_, 1));
+  const int n_expert_ws = grouping_n_expert_, k_ws = grouping_k_;
+  Compute("MoeExperts", 0, [this, args, experts, matrices, groups_block, scratch, scratch_bytes, max_tok, n_expert_ws,
+                            k_ws]() -> uint64_t {
+    cpu::ExpertGroups g = cpu::CarveExpertGroups(groups_block, max_tok, n_expert_ws, k_ws);
+    cpu::GroupByExpert(args.ids, args.weights, args.n_tok, args.k, args.n_expert, g);
+    // Each expert's pairs go through MatMul in chunks of up to buf.rows; the scratch holds max_tokens rows. The
+    // grouping admits n_tok * k pairs, which with a smaller k than reserved for can put more tokens than that on
+    // one expert: an error, not an overrun. Only here, on the device, are the counts known.
+    for (int e = 0; e < args.n_expert; ++e) {
+      const int64_t chunk = std::min(g.expert_begin[e + 1] - g.expert_begin[e], args.buf.rows);
+      if (chunk == 0) continue;
+      for (const WeightMatrix* w : {args.experts[e].gate, args.experts[e].up, args.experts[e].down}) {
+        if (const size_t need = cpu::MatMulScratchBytes(w->type, w->cols, chunk); need > scratch_bytes) {
+          SetError(FailedPrecondition(opts_.spec, ": MoeExperts: expert ", e, " takes ", chunk,
+                                      " rows at once, which need ", need, " bytes of matmul workspace; ",
+                                      scratch_bytes, " reserved"));
+          return 0;
+        }
+      }
+    }
+    cpu::MoeExpertsOneByOne(args, g, scratch);
+    uint64_t bytes = 0;
+    for (int e = 0; e < args.n_expert; ++e) {
+      if (g.expert_begin[e + 1] == g.expert_begin[e]) continue;
+      const ExpertMatrices& m = args.experts[e];
+      bytes += MatrixBytes(*m.gate) + MatrixBytes(*m.up) + MatrixBytes(*m.down);
+    }
+    return bytes;
   });
 }
 

@@ -1,13 +1,13 @@
 // LoadModelConfig on the shared models (values from tests/data/README.md) and on tiny models built by the writer,
 // both valid variants (defaults, any integer key type, tied output, legacy experts) and broken ones.
-#include "core/model_config.h"
+#include "arch/model_config.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <functional>
 
-#include "core/model_summary.h"
+#include "arch/summary.h"
 #include "core/status.h"
 #include "tests/core/tiny_gguf.h"
 #include "tests/testutil.h"

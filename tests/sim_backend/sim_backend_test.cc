@@ -1,6 +1,6 @@
 // The simulated GPU: spec parsing, the capacity, throttled copies, event ordering across streams, the trace,
 // and its kernels against references computed on the host.
-#include "graph/sim_backend.h"
+#include "sim_backend/sim_backend.h"
 
 #include <gtest/gtest.h>
 
@@ -10,8 +10,8 @@
 #include <cstring>
 #include <vector>
 
+#include "arch/arch.h"
 #include "core/gguf.h"
-#include "core/model_config.h"
 #include "core/status.h"
 #include "cpu_backend/cpu_backend.h"
 #include "cpu_backend/kernels.h"
@@ -244,41 +244,29 @@ TEST(SimBackend, MatMulWithoutWorkspaceIsAnError) {
   EXPECT_EQ(sim.TakeError().code(), absl::StatusCode::kFailedPrecondition);
 }
 
-TEST(SimBackend, RoutingGatherScatterMatchHandResults) {
+TEST(SimBackend, RoutingMatchesHandResults) {
   SimBackend sim(ParseSimSpec("sim:1MiB").value());
   // Router logits for 2 tokens over 3 experts; top-2.
   const std::vector<float> logits = {0.0f, 2.0f, 1.0f, 3.0f, 0.0f, 3.0f};
   float* dl = ToDevice(sim, logits);
+  // The routing stays in device memory, as on a GPU: read it back to check.
+  auto* d_ids = static_cast<int32_t*>(sim.Alloc(4 * sizeof(int32_t), "ids").value());
+  float* d_wts = static_cast<float*>(sim.Alloc(4 * sizeof(float), "weights").value());
+  sim.MoeRoute(dl, 2, MoeRouteParams{.n_expert = 3, .k = 2}, d_ids, d_wts);
   int32_t ids[4];
-  float wts[4];
-  sim.MoeRoute(dl, 2, 3, 2, ids, wts);  // returns with the host arrays written, as the CUDA backend does
+  ASSERT_TRUE(sim.CopyDeviceToHost(ids, d_ids, sizeof(ids), Stream::kCompute).ok());
+  const std::vector<float> wts = ToHost(sim, d_wts, 4);
   EXPECT_EQ(ids[0], 1);
   EXPECT_EQ(ids[1], 2);
   EXPECT_NEAR(wts[0], 1.0 / (1.0 + std::exp(-1.0)), 1e-6);  // e^2 / (e^2 + e^1)
   EXPECT_EQ(ids[2], 0);  // tie: the lower id first
   EXPECT_EQ(ids[3], 2);
   EXPECT_NEAR(wts[2], 0.5, 1e-6);
-
-  // x: 3 rows of 2; gather rows 2, 0; scatter them back scaled into y.
-  float* dx = ToDevice(sim, {1, 2, 3, 4, 5, 6});
-  float* dg = static_cast<float*>(sim.Alloc(4 * sizeof(float), "g").value());
-  int32_t idx[2] = {2, 0};
-  sim.GatherRows(dx, idx, 2, 2, dg);
-  idx[0] = -7;  // the sim copied the indices when queued
-  EXPECT_EQ(ToHost(sim, dg, 4), (std::vector<float>{5, 6, 1, 2}));
-  float* dy = ToDevice(sim, {0, 0, 0, 0, 10, 10});
-  const int32_t to[2] = {2, 2};
-  const float scale[2] = {0.5f, 2.0f};
-  sim.ScatterAddRows(dg, to, scale, 2, 2, dy);
-  EXPECT_EQ(ToHost(sim, dy, 6), (std::vector<float>{0, 0, 0, 0, 10 + 2.5f + 2, 10 + 3 + 4}));
-  const int32_t rows[2] = {0, 2};
-  sim.ScatterRows(dg, rows, scale, 2, 2, dy);  // overwrites rows 0 and 2, keeps row 1
-  EXPECT_EQ(ToHost(sim, dy, 6), (std::vector<float>{2.5f, 3, 0, 0, 2, 4}));
-  sim.Scale(dx, 2.0f, 6, dy);
-  EXPECT_EQ(ToHost(sim, dy, 6), (std::vector<float>{2, 4, 6, 8, 10, 12}));
-  sim.AddScaled(dx, -1.0f, 6, dy);
-  EXPECT_EQ(ToHost(sim, dy, 6), (std::vector<float>{1, 2, 3, 4, 5, 6}));
-  EXPECT_TRUE(sim.TakeError().ok());
+  // Host arrays are refused: the kernels run on the device's queue.
+  int32_t host_ids[4];
+  float host_wts[4];
+  sim.MoeRoute(dl, 2, MoeRouteParams{.n_expert = 3, .k = 2}, host_ids, host_wts);
+  EXPECT_EQ(sim.TakeError().code(), absl::StatusCode::kFailedPrecondition);
 }
 
 // The partitioner's plans, run by the executor on the sim: the logits match a CPU-only run (the same CPU kernels
@@ -286,12 +274,14 @@ TEST(SimBackend, RoutingGatherScatterMatchHandResults) {
 // within the plan's account, which stays within the cap.
 TEST(SimBackend, PlansRunWithinTheirAccount) {
   std::unique_ptr<GgufFile> f = GgufFile::Open(test::ModelPath("stories260K-moe4.gguf")).value();
-  const ModelConfig cfg = LoadModelConfig(*f).value();
+  const ModelSchema model = ReadModelSchema(*f).value();
+  const ModelConfig& cfg = model.cfg;
   ExecutorOptions xo;
   xo.n_ctx = 64;
   xo.max_batch = 16;
   std::unique_ptr<Backend> ref_cpu = CreateCpuBackend({});
-  std::unique_ptr<Executor> ref = Executor::Create(*f, cfg, CpuOnlyPlan(cfg), ref_cpu.get(), nullptr, xo).value();
+  const std::vector<Backend*> ref_devices = {ref_cpu.get()};
+  std::unique_ptr<Executor> ref = Executor::Create(*f, model, CpuOnlyPlan(cfg), ref_devices, xo).value();
   const std::vector<int32_t> prompt = {1, 20, 30, 40, 50, 60, 70};
   const int32_t next[3] = {100, 101, 102};
   std::vector<std::vector<float>> want;
@@ -315,9 +305,7 @@ TEST(SimBackend, PlansRunWithinTheirAccount) {
     in.config = cfg;
     in.units = BuildUnits(*f, cfg).value();
     in.profile = SimProfile(test::CpuProfile(5, 20), so);
-    in.has_gpu = true;
-    in.device_capacity = so.capacity;
-    in.device_name = so.spec;
+    in.devices = {DeviceDesc{.name = so.spec, .capacity = so.capacity, .supports = SimSupports}};
     in.n_ctx = xo.n_ctx;
     in.prefill_batch = xo.max_batch;
     in.request.stream_layers = c.stream_layers;
@@ -326,7 +314,8 @@ TEST(SimBackend, PlansRunWithinTheirAccount) {
     SCOPED_TRACE(Cat(c.device, " ", plan.why));
     SimBackend sim(so);
     std::unique_ptr<Backend> cpu = CreateCpuBackend({});
-    absl::StatusOr<std::unique_ptr<Executor>> ex = Executor::Create(*f, cfg, plan, cpu.get(), &sim, xo);
+    const std::vector<Backend*> devices = {cpu.get(), &sim};
+    absl::StatusOr<std::unique_ptr<Executor>> ex = Executor::Create(*f, model, plan, devices, xo);
     ASSERT_TRUE(ex.ok()) << ex.status();
     test::Poison(logits);
     ASSERT_TRUE((*ex)->Forward(prompt, 0, 1, logits.data()).ok());

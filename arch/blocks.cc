@@ -1,0 +1,115 @@
+#include "arch/blocks.h"
+
+#include <span>
+
+namespace tandem {
+
+void EmbedBlock(Backend& be, const StepContext& s, const WeightMatrix& token_embd, Activations& act) {
+  be.GetRows(token_embd, act.ids, s.n_tok, act.x);      s.Named(be, act.x, s.n_tok * s.cfg->n_embd, "inp_embd", -1);
+}
+
+void AttentionBlock(Backend& be, const StepContext& s, int il, const AttentionWeights& w, const AttentionOptions& o,
+                    const KvLayer& kv, Activations& act) {
+  const ModelConfig& c = *s.cfg;
+  const int64_t n = s.n_tok;
+  const int64_t q_dim = c.q_dim(), kv_dim = c.n_embd_kv();
+  RopeParams rope_k = o.rope;
+  rope_k.n_head = c.n_head_kv;
+  const int64_t m = s.n_live;  // trailing tokens whose outputs go on; all n enter the KV cache
+  const int64_t r0 = n - m;
+  float* x = act.x + r0 * c.n_embd;
+
+  be.RmsNorm(act.x, static_cast<const float*>(w.norm->data), n, c.n_embd, o.norm_eps, act.cur);
+  s.Named(be, act.cur, n * c.n_embd, "attn_norm", il);
+  // q, k and v share their input, so they go as one call, unless only the last m rows' queries go on.
+  const MatMulOutput qkv[] = {{.w = w.wq, .y = act.q}, {.w = w.wk, .y = act.k}, {.w = w.wv, .y = act.v}};
+  be.MatMuls(m == n ? std::span(qkv) : std::span(qkv).subspan(1), act.cur, n);
+  if (w.bk != nullptr) be.AddBias(act.k, w.bk, n, kv_dim, act.k);
+  if (w.bv != nullptr) be.AddBias(act.v, w.bv, n, kv_dim, act.v);
+  s.Named(be, act.k, n * kv_dim, "k", il);
+  s.Named(be, act.v, n * kv_dim, "v", il);
+  be.Rope(act.k, n, act.pos, rope_k);                   s.Named(be, act.k, n * kv_dim, "k_rope", il);
+  be.KvStore(kv, act.k, act.v, n, s.pos0);
+  if (m == 0) return;
+  if (m < n) be.MatMul(*w.wq, act.cur + r0 * c.n_embd, m, act.q);
+  if (w.bq != nullptr) be.AddBias(act.q, w.bq, m, q_dim, act.q);
+  s.Named(be, act.q, m * q_dim, "q", il);
+  be.Rope(act.q, m, act.pos + r0, o.rope);              s.Named(be, act.q, m * q_dim, "q_rope", il);
+  be.Attention(act.q, kv, m, s.pos0 + r0, o.attn, act.att);
+  s.Named(be, act.att, m * q_dim, "kqv", il);
+  be.MatMul(*w.wo, act.att, m, act.cur);
+  if (w.bo != nullptr) be.AddBias(act.cur, w.bo, m, c.n_embd, act.cur);
+  s.Named(be, act.cur, m * c.n_embd, "attn_out", il);
+  be.Add(x, act.cur, m * c.n_embd, x);                  s.Named(be, x, m * c.n_embd, "ffn_inp", il);
+}
+
+float* FfnNormBlock(Backend& be, const StepContext& s, int il, const WeightMatrix& norm, float eps, Activations& act) {
+  const int64_t n = s.n_live, n_embd = s.cfg->n_embd;
+  float* x = act.x + (s.n_tok - n) * n_embd;
+  be.RmsNorm(x, static_cast<const float*>(norm.data), n, n_embd, eps, act.cur);
+  s.Named(be, act.cur, n * n_embd, "ffn_norm", il);
+  return x;
+}
+
+void LayerOutBlock(Backend& be, const StepContext& s, int il, const float* x) {
+  s.Named(be, x, s.n_live * s.cfg->n_embd, "l_out", il);
+}
+
+void GatedFfnBlock(Backend& be, const StepContext& s, int il, const FfnWeights& w, const GluParams& act_params,
+                   int64_t n, float* x, Activations& act) {
+  const int64_t n_embd = s.cfg->n_embd, n_ff = w.gate->rows;
+  be.MatMul(*w.gate, act.cur, n, act.gate);
+  if (w.b_gate != nullptr) be.AddBias(act.gate, w.b_gate, n, n_ff, act.gate);
+  s.Named(be, act.gate, n * n_ff, "ffn_gate", il);
+  be.MatMul(*w.up, act.cur, n, act.up);
+  if (w.b_up != nullptr) be.AddBias(act.up, w.b_up, n, n_ff, act.up);
+  s.Named(be, act.up, n * n_ff, "ffn_up", il);
+  be.Glu(act.gate, act.up, n * n_ff, act_params, act.gate);
+  s.Named(be, act.gate, n * n_ff, "ffn_swiglu", il);
+  be.MatMul(*w.down, act.gate, n, act.cur);
+  if (w.b_down != nullptr) be.AddBias(act.cur, w.b_down, n, n_embd, act.cur);
+  s.Named(be, act.cur, n * n_embd, "ffn_out", il);
+  be.Add(x, act.cur, n * n_embd, x);
+}
+
+void MoeFfnBlock(Backend& be, const StepContext& s, int il, const MoeWeights& w, const MoeOptions& o, int64_t n,
+                 float* x, Activations& act) {
+  const ModelConfig& c = *s.cfg;
+  const int k = o.route.k;
+  const int64_t slot_elems = n * c.n_embd;
+  be.MatMul(*w.router, act.cur, n, act.router);
+  if (w.router_bias != nullptr) be.AddBias(act.router, w.router_bias, n, c.n_expert, act.router);
+  s.Named(be, act.router, n * c.n_expert, "ffn_gate_inp", il);
+  be.MoeRoute(act.router, n, o.route, act.expert_ids, act.expert_weights);
+  auto bias = [&](int slot, int e) -> const float* {
+    if (slot < 0 || !w.unit->expert(slot, e).present()) return nullptr;
+    return static_cast<const float*>(w.unit->expert(slot, e).data);
+  };
+  for (int e = 0; e < c.n_expert; ++e) {
+    s.expert_views[e] = ExpertMatrices{.gate = &w.unit->expert(w.gate_slot, e), .up = &w.unit->expert(w.up_slot, e),
+                                       .down = &w.unit->expert(w.down_slot, e), .gate_bias = bias(w.gate_bias_slot, e),
+                                       .up_bias = bias(w.up_bias_slot, e), .down_bias = bias(w.down_bias_slot, e)};
+  }
+  be.MoeExperts(MoeExpertsArgs{
+      .experts = s.expert_views, .n_expert = c.n_expert, .x = act.cur, .n_tok = n, .ids = act.expert_ids,
+      .weights = act.expert_weights, .k = k, .act = o.act, .weight_input = o.weight_input,
+      .buf = ExpertBuffers{.xe = act.xe, .gate = act.gate, .up = act.up, .rows = act.expert_rows},
+      .out = act.slots});
+  for (int j = 1; j < k; ++j) be.Add(act.slots, act.slots + j * slot_elems, slot_elems, act.slots);
+  s.Named(be, act.slots, slot_elems, "ffn_moe_out", il);
+  be.Add(x, act.slots, slot_elems, x);
+}
+
+void OutputBlock(Backend& be, const StepContext& s, const WeightMatrix& norm, float eps, const WeightMatrix& output,
+                 int64_t first_row, Activations& act, const float* bias) {
+  const ModelConfig& c = *s.cfg;
+  const int64_t rows = s.n_tok - first_row;
+  if (rows == 0) return;  // a prefill chunk that asks for no logits
+  be.RmsNorm(act.x + first_row * c.n_embd, static_cast<const float*>(norm.data), rows, c.n_embd, eps, act.cur);
+  s.Named(be, act.cur, rows * c.n_embd, "result_norm", -1);
+  be.MatMul(output, act.cur, rows, act.logits);
+  if (bias != nullptr) be.AddBias(act.logits, bias, rows, c.n_vocab, act.logits);
+  s.Named(be, act.logits, rows * c.n_vocab, "result_output", -1);
+}
+
+}  // namespace tandem

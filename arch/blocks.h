@@ -1,0 +1,77 @@
+// The building blocks of decoder-only transformers, one named step per line, for the families' unit functions
+// (arch/llama.cc and those after it) to assemble: token embedding, attention with RoPE and a KV cache, a gated FFN,
+// an MoE FFN, the output head. Each reads and writes the residual stream act.x, and names its intermediates as
+// llama.cpp does, so a dump of one run can be diffed against another run (another device, or llama.cpp) tensor by
+// tensor.
+#pragma once
+
+#include <cstdint>
+
+#include "arch/arch.h"
+
+namespace tandem {
+
+void EmbedBlock(Backend& be, const StepContext& s, const WeightMatrix& token_embd, Activations& act);
+
+struct AttentionWeights {
+  const WeightMatrix* norm = nullptr;  // [n_embd], F32
+  const WeightMatrix* wq = nullptr;    // [n_embd -> n_head * head_dim], rows = outputs
+  const WeightMatrix* wk = nullptr;    // [n_embd -> n_head_kv * head_dim]
+  const WeightMatrix* wv = nullptr;    // [n_embd -> n_head_kv * head_dim]
+  const WeightMatrix* wo = nullptr;    // [n_head * head_dim -> n_embd]
+  const float* bq = nullptr;           // [n_head * head_dim], or null; likewise bk, bv, bo
+  const float* bk = nullptr;
+  const float* bv = nullptr;
+  const float* bo = nullptr;
+};
+struct AttentionOptions {
+  float norm_eps = 1e-5f;
+  RopeParams rope;           // for the queries; the keys' differs only in n_head = n_head_kv
+  AttentionParams attn;
+};
+// x += wo(attention(rope(wq norm(x)), cache + rope(wk norm(x)), wv norm(x))), the cache taking every token.
+void AttentionBlock(Backend& be, const StepContext& s, int il, const AttentionWeights& w, const AttentionOptions& o,
+                    const KvLayer& kv, Activations& act);
+
+// The FFN's input: the norm of the live residual rows into act.cur. Returns those rows of act.x.
+float* FfnNormBlock(Backend& be, const StepContext& s, int il, const WeightMatrix& norm, float eps, Activations& act);
+// After the FFN: names the layer's output.
+void LayerOutBlock(Backend& be, const StepContext& s, int il, const float* x);
+
+// x += down(act(gate norm(x)) * up norm(x)), with norm(x) already in act.cur.
+struct FfnWeights {
+  const WeightMatrix* gate = nullptr;  // [n_embd -> n_ff]
+  const WeightMatrix* up = nullptr;    // [n_embd -> n_ff]
+  const WeightMatrix* down = nullptr;  // [n_ff -> n_embd]
+  const float* b_gate = nullptr;       // [n_ff], or null; likewise b_up, and b_down [n_embd]
+  const float* b_up = nullptr;
+  const float* b_down = nullptr;
+};
+void GatedFfnBlock(Backend& be, const StepContext& s, int il, const FfnWeights& w, const GluParams& act_params,
+                   int64_t n, float* x, Activations& act);
+
+// x += sum over the token's top-k experts of weight * FFN_e(norm(x)), with norm(x) already in act.cur. The routing
+// stays on the backend; the weighted outputs land in the token's top-k slots, summed in slot order (descending
+// weight), the order llama.cpp sums them in: quantized models amplify even last-bit differences at activation
+// rounding boundaries.
+struct MoeWeights {
+  const WeightMatrix* router = nullptr;  // [n_embd -> n_expert], F32
+  const float* router_bias = nullptr;    // [n_expert], or null
+  const UnitWeights* unit = nullptr;     // the experts: expert(gate_slot, e), ...
+  int gate_slot = 0, up_slot = 0, down_slot = 0;
+  // Per-expert biases: expert(slot, e) as a [1 x width] F32 row; -1 when the family has none.
+  int gate_bias_slot = -1, up_bias_slot = -1, down_bias_slot = -1;
+};
+struct MoeOptions {
+  MoeRouteParams route;
+  GluParams act;
+  bool weight_input = false;
+};
+void MoeFfnBlock(Backend& be, const StepContext& s, int il, const MoeWeights& w, const MoeOptions& o, int64_t n,
+                 float* x, Activations& act);
+
+// Logits of rows [first_row, n_tok): output(norm(x)) + bias (bias may be null).
+void OutputBlock(Backend& be, const StepContext& s, const WeightMatrix& norm, float eps, const WeightMatrix& output,
+                 int64_t first_row, Activations& act, const float* bias = nullptr);
+
+}  // namespace tandem

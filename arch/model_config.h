@@ -1,0 +1,46 @@
+// The hyper-parameters of a model, as its architecture module (arch/arch.h) reads them from GGUF metadata and
+// checks them against the module's tensor schema. One struct for every family: a family fills what it has, and the
+// rest keep the defaults that mean "not used".
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "core/gguf.h"
+
+namespace tandem {
+
+struct ModelConfig {
+  std::string arch;            // general.architecture: the module that runs the file ("llama" for Mixtral too)
+  std::string name;            // general.name, may be empty
+  int n_layer = 0;             // {arch}.block_count
+  int n_embd = 0;              // {arch}.embedding_length
+  int n_ff = 0;                // {arch}.feed_forward_length: the dense FFN's width
+  int n_ff_expert = 0;         // {arch}.expert_feed_forward_length: one expert's width (n_ff when absent)
+  int n_head = 0;              // {arch}.attention.head_count
+  int n_head_kv = 0;           // {arch}.attention.head_count_kv (defaults to n_head)
+  int head_dim = 0;            // {arch}.attention.key_length (defaults to n_embd / n_head)
+  int n_rot = 0;               // {arch}.rope.dimension_count (defaults to head_dim)
+  int n_ctx_train = 0;         // {arch}.context_length
+  int n_vocab = 0;             // rows of the token embeddings
+  int n_expert = 0;            // {arch}.expert_count, 0 for dense
+  int n_expert_used = 0;       // {arch}.expert_used_count
+  float rms_eps = 1e-5f;       // {arch}.attention.layer_norm_rms_epsilon
+  float rope_freq_base = 10000.0f;  // {arch}.rope.freq_base (default 10000)
+  float rope_freq_scale = 1.0f;     // 1 / the linear scaling factor (default 1)
+  bool tied_output = false;    // no output matrix: the head reuses the token embeddings
+  bool legacy_experts = false;  // experts stored one tensor per expert (older Mixtral files)
+  int bos_id = -1, eos_id = -1;  // from tokenizer.ggml.*, -1 when absent
+
+  bool is_moe() const { return n_expert > 0; }
+  int64_t q_dim() const { return static_cast<int64_t>(n_head) * head_dim; }
+  int64_t n_embd_kv() const { return static_cast<int64_t>(n_head_kv) * head_dim; }
+};
+
+// Finds the file's architecture module, reads its hyper-parameters and checks every tensor against the module's
+// schema: required keys and tensors present with the right shapes and supported types, each tensor claimed by
+// exactly one schema entry, head counts that divide, expert_used_count <= expert_count, token ids in range.
+absl::StatusOr<ModelConfig> LoadModelConfig(const GgufFile& file);
+
+}  // namespace tandem
