@@ -4,6 +4,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <map>
+
+#include <gtest/gtest.h>
 #include <cstring>
 
 #include <cstdio>
@@ -80,6 +83,22 @@ CmdResult RunCommand(const std::string& cmd) {
   r.err = ReadFile(err_path);
   std::remove(err_path);
   return r;
+}
+
+}  // namespace tandem::test
+
+namespace tandem::test {
+
+std::string SynthGoldenModel(const nlohmann::json& golden) {
+  static std::map<std::string, std::string> made;  // flags -> file, once per process
+  const std::string flags = golden.at("tandem_synth").get<std::string>();
+  if (!made.count(flags)) {
+    const std::string path = ::testing::TempDir() + "/tandem-golden-" + golden.at("model").get<std::string>();
+    const CmdResult r = RunCommand(TandemBin() + " synth " + flags + " -o " + path);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    made[flags] = path;
+  }
+  return made[flags];
 }
 
 }  // namespace tandem::test

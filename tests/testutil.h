@@ -35,6 +35,10 @@ inline void Poison(std::span<float> v) {
 // Deterministic N(0, 1) values.
 std::vector<float> RandomNormal(size_t n, uint64_t seed, float scale = 1.0f);
 
+// The model of a golden whose JSON holds "tandem_synth" (the flags): written once per process into a temporary
+// folder, and its path returned.
+std::string SynthGoldenModel(const nlohmann::json& golden);
+
 // Runs a command, returns exit status; stdout and stderr captured.
 struct CmdResult {
   int exit_code = -1;
