@@ -82,9 +82,11 @@ RowOps<Elem> PickRowOps() {
 void Softmax(float* scores, int64_t n, const AttentionParams& p, int head, bool round_half) {
   float max_score = -std::numeric_limits<float>::infinity();
   const float scale = p.scale;
-  const float inv_cap = p.softcap > 0.0f ? 1.0f / p.softcap : 0.0f;  // llama.cpp scales by the reciprocal
+  if (p.softcap > 0.0f) {
+    const float inv_cap = 1.0f / p.softcap;  // llama.cpp scales by the reciprocal
+    for (int64_t j = 0; j < n; ++j) scores[j] = p.softcap * std::tanh(scores[j] * inv_cap);
+  }
   for (int64_t j = 0; j < n; ++j) {
-    if (p.softcap > 0.0f) scores[j] = p.softcap * std::tanh(scores[j] * inv_cap);
     scores[j] *= scale;
     max_score = std::max(max_score, scores[j]);
   }

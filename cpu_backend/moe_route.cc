@@ -73,7 +73,9 @@ void MoeRoute(const float* logits, int64_t n_tok, const MoeRouteParams& p, int32
       }
       return 0.0f;
     };
-    if (p.selection_bias == nullptr) {
+    if (p.selection_bias == nullptr && p.gating == MoeGating::kSoftmax) {  // the common case, without the switch
+      TopK<float>(n_expert, k, [&](int e) { return std::exp(row[e] - max_logit) * inv_sum; }, ids_t, w_t);
+    } else if (p.selection_bias == nullptr) {
       TopK<float>(n_expert, k, prob_of, ids_t, w_t);
     } else {
       TopK<float>(n_expert, k, [&](int e) { return prob_of(e) + p.selection_bias[e]; }, ids_t, w_t);

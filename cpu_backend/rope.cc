@@ -31,14 +31,31 @@ inline void PairDims(const RopeParams& p, int i, int* a, int* b) {
   }
 }
 
+// Turns every head of one token by the angles in cs (cos, sin of pair i at 2i, 2i+1).
+template <RopeMode kMode>
+void RotateHeads(float* xt, const RopeParams& p, const float* cs) {
+  const int half = p.n_rot / 2;
+  for (int h = 0; h < p.n_head; ++h) {
+    float* head = xt + static_cast<int64_t>(h) * p.head_dim;
+    for (int i = 0; i < half; ++i) {
+      float* a = kMode == RopeMode::kNeox ? head + i : head + 2 * i;
+      float* b = kMode == RopeMode::kNeox ? head + i + half : head + 2 * i + 1;
+      const float x0 = *a, x1 = *b, c = cs[2 * i], s = cs[2 * i + 1];
+      *a = x0 * c - x1 * s;
+      *b = x0 * s + x1 * c;
+    }
+  }
+}
+
 }  // namespace
 
 void Rope(float* x, int64_t n_tok, const int32_t* pos, const RopeParams& p) {
-  TANDEM_CHECK(p.n_rot % 2 == 0 && p.n_rot <= p.head_dim);
+  constexpr int kMaxRot = 1024;
+  TANDEM_CHECK(p.n_rot % 2 == 0 && p.n_rot <= p.head_dim && p.n_rot <= kMaxRot);
   const int64_t row = static_cast<int64_t>(p.n_head) * p.head_dim;
   // Angles are built the way llama.cpp builds them so results stay bit-close: one float powf for the ratio
   // between successive pair frequencies, the angle advanced by repeated float multiplies, each pair's factor
-  // dividing it, freq_scale last (then YaRN's mix, when on).
+  // dividing it, freq_scale last (then YaRN's mix, when on). One token's angles serve all of its heads.
   const float theta_ratio = std::pow(p.freq_base, -2.0f / static_cast<float>(p.n_rot));
   const bool yarn = p.ext_factor != 0.0f;
   float corr[2] = {0.0f, 0.0f};
@@ -49,7 +66,7 @@ void Rope(float* x, int64_t n_tok, const int32_t* pos, const RopeParams& p) {
   }
 #pragma omp parallel for schedule(static) if (n_tok >= 16 && n_tok * row >= (1 << 15))
   for (int64_t t = 0; t < n_tok; ++t) {
-    float* xt = x + t * row;
+    float cs[kMaxRot];
     float theta_unscaled = static_cast<float>(pos[t]);
     for (int i = 0; i < p.n_rot / 2; ++i) {
       const float extrap = p.freq_factors != nullptr ? theta_unscaled / p.freq_factors[i] : theta_unscaled;
@@ -59,23 +76,18 @@ void Rope(float* x, int64_t n_tok, const int32_t* pos, const RopeParams& p) {
         const float ramp = (1.0f - std::min(1.0f, std::max(0.0f, y))) * p.ext_factor;
         theta = theta * (1.0f - ramp) + extrap * ramp;
       }
-      float c = std::cos(theta);
-      float s = std::sin(theta);
+      cs[2 * i] = std::cos(theta);
+      cs[2 * i + 1] = std::sin(theta);
       if (mscale != 1.0f) {
-        c *= mscale;
-        s *= mscale;
+        cs[2 * i] *= mscale;
+        cs[2 * i + 1] *= mscale;
       }
       theta_unscaled *= theta_ratio;
-      int a = 0, b = 0;
-      PairDims(p, i, &a, &b);
-      // One angle serves every head of the token.
-      for (int h = 0; h < p.n_head; ++h) {
-        float* head = xt + static_cast<int64_t>(h) * p.head_dim;
-        const float x0 = head[a];
-        const float x1 = head[b];
-        head[a] = x0 * c - x1 * s;
-        head[b] = x0 * s + x1 * c;
-      }
+    }
+    if (p.mode == RopeMode::kNeox) {
+      RotateHeads<RopeMode::kNeox>(x + t * row, p, cs);
+    } else {
+      RotateHeads<RopeMode::kNorm>(x + t * row, p, cs);
     }
   }
 }
