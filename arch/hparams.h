@@ -2,10 +2,13 @@
 // reader below serves every family, and `tandem synth` writes the same keys back.
 #pragma once
 
+#include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "arch/model_config.h"
 #include "core/gguf.h"
 

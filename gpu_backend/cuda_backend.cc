@@ -178,7 +178,7 @@ class CudaBackend final : public Backend {
   void MoeExperts(const MoeExpertsArgs& a) override;
   void SetTraceLabel(std::string_view label) override {
     std::lock_guard<std::mutex> lock(mu_);
-    label_ = std::string(label);
+    label_.assign(label.data(), label.size());  // no temporary: it runs for every unit of every step
   }
 
   absl::Status TakeError() override;
