@@ -1,7 +1,8 @@
-// SentencePiece BPE as llama.cpp runs it for tokenizer.ggml.model = "llama":
-//   1. split out special-token text (user-defined always, control/unknown only with parse_special);
-//   2. each remaining fragment: optional space prefix, ' ' -> U+2581, then greedy best-score pair merging;
-//   3. symbols that are not pieces fall back to <0xXX> byte tokens.
+// The tokenizers as llama.cpp runs them. Both first split out special-token text (user-defined always,
+// control/unknown only with parse_special). Then, for tokenizer.ggml.model = "llama" (SentencePiece):
+//   each remaining fragment: optional space prefix, ' ' -> U+2581, then greedy best-score pair merging;
+//   symbols that are not pieces fall back to <0xXX> byte tokens.
+// For "gpt2" (byte-level BPE), core/tokenizer_bpe.cc encodes each fragment.
 #include "core/tokenizer.h"
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "core/status.h"
+#include "core/tokenizer_bpe.h"
 
 namespace tandem {
 namespace {
@@ -61,6 +63,17 @@ int ParseBytePiece(const std::string& s) {
   return v;
 }
 
+// Token texts that end generation, as llama.cpp recognises them (whatever the GGUF's ids say).
+bool IsEogText(std::string_view s) {
+  static constexpr std::string_view kTexts[] = {
+      "<|eot_id|>", "<|im_end|>",     "<|end|>",        "<|return|>",          "<|call|>",
+      "<|flush|>",  "<|calls|>",      "<end_of_turn>",  "<|endoftext|>",       "</s>",
+      "<|eom_id|>", "<EOT>",          "_<EOT>",         "[EOT]",               "[EOS]",
+      "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>",             "<|tool_response>",
+      "<｜end▁of▁sentence｜>", "[e~["};
+  return std::find(std::begin(kTexts), std::end(kTexts), s) != std::end(kTexts);
+}
+
 // A run of the input: either raw text [off, off+len) or an already-resolved special token.
 struct Fragment {
   int32_t token = -1;  // >= 0: a special token
@@ -105,7 +118,9 @@ struct Tokenizer::Impl {
   std::vector<int32_t> eog_ids;
   int32_t bos = -1, eos = -1, unk = -1;
   bool add_bos = true;
+  bool add_eos = false;
   bool add_space_prefix = true;
+  std::unique_ptr<bpe::Encoder> bpe;  // set for byte-level BPE vocabs
 
   int32_t Lookup(std::string_view s) const {
     const auto it = piece_to_id.find(AbslView(s));
@@ -117,6 +132,11 @@ struct Tokenizer::Impl {
 };
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromVocab(TokenizerVocab v) {
+  const bool is_bpe = v.model == "gpt2";
+  if (!is_bpe && v.model != "llama") {
+    return Unimplemented("tokenizer: model '", v.model, "' is not supported (only 'llama', SentencePiece, and ",
+                         "'gpt2', byte-level BPE)");
+  }
   const size_t n = v.pieces.size();
   if (n == 0) return InvalidArgument("tokenizer: the vocabulary is empty");
   if (n > static_cast<size_t>(INT32_MAX)) return InvalidArgument("tokenizer: too many tokens (", n, ")");
@@ -128,7 +148,9 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromVocab(TokenizerVocab v
   if (v.token_types.size() != n) {
     return InvalidArgument("tokenizer: ", v.token_types.size(), " token types for ", n, " tokens");
   }
-  const auto check_id = [n](std::string_view what, int32_t id) -> absl::Status {
+  // BPE vocabs may lack BOS, EOS or an unknown token (-1); SentencePiece needs all three.
+  const auto check_id = [n, is_bpe](std::string_view what, int32_t id) -> absl::Status {
+    if (is_bpe && id == -1) return absl::OkStatus();
     if (id < 0 || static_cast<size_t>(id) >= n) {
       return InvalidArgument("tokenizer: ", what, " id ", id, " is outside the vocabulary of ", n, " tokens");
     }
@@ -137,25 +159,58 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromVocab(TokenizerVocab v
   TANDEM_RETURN_IF_ERROR(check_id("BOS", v.bos_id));
   TANDEM_RETURN_IF_ERROR(check_id("EOS", v.eos_id));
   TANDEM_RETURN_IF_ERROR(check_id("unknown", v.unk_id));
+  if (v.pad_id != -1) TANDEM_RETURN_IF_ERROR(check_id("padding", v.pad_id));
   for (int32_t id : v.extra_eog_ids) TANDEM_RETURN_IF_ERROR(check_id("end-of-generation", id));
+  if (v.add_bos && v.bos_id < 0) return InvalidArgument("tokenizer: the vocab asks for BOS but has no BOS id");
+  if (v.add_eos && v.eos_id < 0) return InvalidArgument("tokenizer: the vocab asks for EOS but has no EOS id");
 
   auto impl = std::make_unique<Impl>();
   impl->byte_value.assign(n, -1);
   impl->piece_to_id.reserve(n);
+  bool has_return = false, has_call = false;
   for (size_t i = 0; i < n; ++i) {
-    const int32_t type = v.token_types[i];
+    int32_t& type = v.token_types[i];
     if (type < kUndefined || type > kByte) {
       return InvalidArgument("tokenizer: token ", i, " has unknown token type ", type);
     }
     // The merge queue orders by score; a NaN would break that ordering.
     if (std::isnan(v.scores[i])) return InvalidArgument("tokenizer: token ", i, " has a NaN score");
+    const std::string& piece = v.pieces[i];
     if (type == kByte) {
-      const int b = ParseBytePiece(v.pieces[i]);
-      if (b < 0) return InvalidArgument("tokenizer: byte token ", i, " is '", v.pieces[i], "', not <0xXX>");
+      // A BPE byte token is written as its GPT-2 code point, or like SentencePiece's.
+      int b = ParseBytePiece(piece);
+      if (b < 0 && is_bpe) b = bpe::TextToByte(piece);
+      if (b < 0) return InvalidArgument("tokenizer: byte token ", i, " is '", piece, "', not <0xXX>");
       impl->byte_value[i] = static_cast<int16_t>(b);
     }
+    // Like llama.cpp: end-of-generation texts are control tokens whatever their type says, and gpt-oss's
+    // channel markers are user-defined (always split out, always printed).
+    if (IsEogText(piece)) {
+      impl->eog_ids.push_back(static_cast<int32_t>(i));
+      if (type != kControl) type = kControl;
+      has_return |= piece == "<|return|>";
+      has_call |= piece == "<|call|>" || piece == "<|calls|>";
+    }
+    if (piece == "<|channel|>" || piece == "<|message|>" || piece == "<|start|>" || piece == "<|constrain|>") {
+      type = kUserDefined;
+    }
     // A repeated piece resolves to its last id, as in llama.cpp.
-    impl->piece_to_id[v.pieces[i]] = static_cast<int32_t>(i);
+    impl->piece_to_id[piece] = static_cast<int32_t>(i);
+  }
+  // gpt-oss (and solar-open) end a message with <|end|> but generation only with <|return|>/<|call|>.
+  if (has_return || has_call) {
+    const auto has = [&](std::string_view t) {
+      return std::any_of(impl->eog_ids.begin(), impl->eog_ids.end(), [&](int32_t id) { return v.pieces[id] == t; });
+    };
+    if ((has_return && has_call) || (has_call && has("<|flush|>"))) {
+      for (int32_t id : impl->eog_ids) {
+        if (v.pieces[id] == "<|end|>") v.token_types[id] = kUserDefined;
+      }
+      std::erase_if(impl->eog_ids, [&](int32_t id) { return v.pieces[id] == "<|end|>"; });
+    }
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const int32_t type = v.token_types[i];
     if ((type == kControl || type == kUnknown || type == kUserDefined) && !v.pieces[i].empty()) {
       impl->specials.push_back(static_cast<int32_t>(i));
     }
@@ -176,10 +231,17 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromVocab(TokenizerVocab v
   impl->bos = v.bos_id;
   impl->eos = v.eos_id;
   impl->unk = v.unk_id;
-  impl->eog_ids = std::move(v.extra_eog_ids);
-  impl->eog_ids.push_back(v.eos_id);
+  for (int32_t id : v.extra_eog_ids) impl->eog_ids.push_back(id);
+  if (v.eos_id >= 0) impl->eog_ids.push_back(v.eos_id);
+  std::sort(impl->eog_ids.begin(), impl->eog_ids.end());
+  impl->eog_ids.erase(std::unique(impl->eog_ids.begin(), impl->eog_ids.end()), impl->eog_ids.end());
   impl->add_bos = v.add_bos;
-  impl->add_space_prefix = v.add_space_prefix;
+  impl->add_eos = v.add_eos;
+  impl->add_space_prefix = !is_bpe && v.add_space_prefix;
+  if (is_bpe) {
+    TANDEM_ASSIGN_OR_RETURN(const bpe::PreTokenizer pre, bpe::FindPreTokenizer(v.pre));
+    TANDEM_ASSIGN_OR_RETURN(impl->bpe, bpe::Encoder::Create(pre, impl->piece_to_id, impl->pieces, impl->types, v.merges));
+  }
 
   std::unique_ptr<Tokenizer> t(new Tokenizer());
   t->impl_ = std::move(impl);
@@ -224,11 +286,32 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& f
   const GgufValue* model = file.Find("tokenizer.ggml.model");
   if (model == nullptr) return InvalidArgument("tokenizer: missing key tokenizer.ggml.model");
   if (model->AsString() == nullptr) return InvalidArgument("tokenizer: tokenizer.ggml.model is not a string");
-  if (*model->AsString() != "llama") {
-    return Unimplemented("tokenizer: model '", *model->AsString(), "' is not supported (only 'llama', SentencePiece)");
-  }
-
   TokenizerVocab v;
+  v.model = *model->AsString();
+  if (v.model != "llama" && v.model != "gpt2") {
+    return Unimplemented("tokenizer: model '", v.model, "' is not supported (only 'llama', SentencePiece, and ",
+                         "'gpt2', byte-level BPE)");
+  }
+  const bool is_bpe = v.model == "gpt2";
+  bpe::PreTokenizer pre;
+  if (is_bpe) {
+    // Like llama.cpp, a missing tokenizer.ggml.pre means its "default" split (old conversions); an unknown one
+    // is refused rather than tokenized wrongly.
+    const GgufValue* pre_key = file.Find("tokenizer.ggml.pre");
+    if (pre_key != nullptr && pre_key->AsString() == nullptr) {
+      return InvalidArgument("tokenizer: tokenizer.ggml.pre is not a string");
+    }
+    if (pre_key != nullptr) v.pre = *pre_key->AsString();
+    TANDEM_ASSIGN_OR_RETURN(pre, bpe::FindPreTokenizer(v.pre));
+    TANDEM_ASSIGN_OR_RETURN(const GgufArray* merges,
+                            array_of("tokenizer.ggml.merges", GgufType::kString, true));
+    v.merges.reserve(merges->items.size());
+    for (const GgufValue& item : merges->items) {
+      const std::string* m = item.AsString();
+      if (m == nullptr) return InvalidArgument("tokenizer: tokenizer.ggml.merges holds a non-string");
+      v.merges.push_back(*m);
+    }
+  }
   TANDEM_ASSIGN_OR_RETURN(const GgufArray* tokens, array_of("tokenizer.ggml.tokens", GgufType::kString, true));
   TANDEM_ASSIGN_OR_RETURN(const GgufArray* scores, array_of("tokenizer.ggml.scores", GgufType::kFloat32, false));
   TANDEM_ASSIGN_OR_RETURN(const GgufArray* types, array_of("tokenizer.ggml.token_type", GgufType::kInt32, false));
@@ -259,15 +342,32 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& f
     }
     if (v.token_types.empty()) return InvalidArgument("tokenizer: tokenizer.ggml.token_type is empty");
   }
+  if (is_bpe) {
+    // llama.cpp's BPE defaults: BOS = EOS = 11 where the vocab is that large, no unknown token, BOS as the
+    // pre-tokenizer's model family expects.
+    const int32_t fallback = v.pieces.size() > 11 ? 11 : -1;
+    v.bos_id = v.eos_id = fallback;
+    v.unk_id = -1;
+    v.add_bos = pre.add_bos;
+  }
   TANDEM_RETURN_IF_ERROR(int_key("tokenizer.ggml.bos_token_id", v.bos_id));
   TANDEM_RETURN_IF_ERROR(int_key("tokenizer.ggml.eos_token_id", v.eos_id));
   TANDEM_RETURN_IF_ERROR(int_key("tokenizer.ggml.unknown_token_id", v.unk_id));
-  for (std::string_view key : {"tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
+  // Like llama.cpp, an unusable padding id (stories260K stores 0xFFFFFFFF) just means none.
+  if (const GgufValue* pad = file.Find("tokenizer.ggml.padding_token_id"); pad != nullptr) {
+    const std::optional<int64_t> i = pad->AsInt();
+    if (i && *i >= 0 && static_cast<uint64_t>(*i) < v.pieces.size()) v.pad_id = static_cast<int32_t>(*i);
+  }
+  // llama.cpp also ends generation at the fill-in-the-middle pad, repo and separator tokens.
+  for (std::string_view key : {"tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id",
+                               "tokenizer.ggml.fim_pad_token_id", "tokenizer.ggml.fim_rep_token_id",
+                               "tokenizer.ggml.fim_sep_token_id"}) {
     int32_t id = -1;
     TANDEM_RETURN_IF_ERROR(int_key(key, id));
     if (id != -1) v.extra_eog_ids.push_back(id);
   }
   TANDEM_RETURN_IF_ERROR(bool_key("tokenizer.ggml.add_bos_token", v.add_bos));
+  TANDEM_RETURN_IF_ERROR(bool_key("tokenizer.ggml.add_eos_token", v.add_eos));
   TANDEM_RETURN_IF_ERROR(bool_key("tokenizer.ggml.add_space_prefix", v.add_space_prefix));
   return FromVocab(std::move(v));
 }
@@ -362,6 +462,17 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, const TokenizeOpti
   const Impl& m = *impl_;
   std::vector<int32_t> out;
   if (opts.add_bos && m.add_bos) out.push_back(m.bos);
+  if (m.bpe != nullptr) {
+    for (const Fragment& f : m.Partition(text, opts.parse_special)) {
+      if (f.token >= 0) {
+        out.push_back(f.token);
+      } else {
+        m.bpe->Encode(text.substr(f.off, f.len), out);
+      }
+    }
+    if (opts.add_bos && m.add_eos) out.push_back(m.eos);
+    return out;
+  }
   bool after_special = true;  // the start of the text counts as following a special token
   std::string escaped;
   for (const Fragment& f : m.Partition(text, opts.parse_special)) {
@@ -392,6 +503,7 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, const TokenizeOpti
     m.EncodeFragment(rest, out);
     after_special = false;
   }
+  if (opts.add_bos && m.add_eos) out.push_back(m.eos);
   return out;
 }
 
@@ -403,6 +515,10 @@ std::string Tokenizer::Piece(int32_t id, bool render_special) const {
     case kNormal: {
       std::string s;
       s.reserve(raw.size());
+      if (m.bpe != nullptr) {
+        bpe::AppendDecoded(raw, s);
+        return s;
+      }
       for (size_t i = 0; i < raw.size();) {
         if (std::string_view(raw).substr(i, kSpaceMark.size()) == kSpaceMark) {
           s.push_back(' ');
@@ -430,7 +546,7 @@ std::string Tokenizer::Decode(const std::vector<int32_t>& ids) const {
   // The encoder put a space in front of the text; the first real piece gives it back.
   bool strip_space = impl_->add_space_prefix;
   for (size_t i = 0; i < ids.size(); ++i) {
-    if (i == 0 && ids[i] == impl_->bos) continue;
+    if (i == 0 && ids[i] == impl_->bos && impl_->bpe == nullptr) continue;
     std::string piece = Piece(ids[i]);
     if (strip_space && !piece.empty() && piece[0] == ' ') piece.erase(0, 1);
     strip_space = false;
@@ -448,6 +564,8 @@ const std::string& Tokenizer::RawPiece(int32_t id) const {
 int32_t Tokenizer::n_vocab() const { return static_cast<int32_t>(impl_->pieces.size()); }
 int32_t Tokenizer::bos_id() const { return impl_->bos; }
 int32_t Tokenizer::eos_id() const { return impl_->eos; }
+bool Tokenizer::add_bos() const { return impl_->add_bos; }
+bool Tokenizer::add_space_prefix() const { return impl_->add_space_prefix; }
 bool Tokenizer::IsEog(int32_t id) const {
   return std::find(impl_->eog_ids.begin(), impl_->eog_ids.end(), id) != impl_->eog_ids.end();
 }

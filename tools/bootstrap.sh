@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 # libdnnl-dev only recommends ocl-icd-opencl-dev, but its CMake config fails without OpenCL, so name it.
 pkgs=(build-essential cmake pkg-config libdnnl-dev ocl-icd-opencl-dev libhwloc-dev hwloc libabsl-dev libgtest-dev
-      libgmock-dev nlohmann-json3-dev libomp-dev clang libclang-rt-14-dev)
+      libgmock-dev nlohmann-json3-dev libomp-dev clang libclang-rt-14-dev libpcre2-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -167,7 +167,10 @@ int CmdRun(std::span<const std::string> argv) {
   const Tokenizer& tok = engine.tokenizer();
 
   const std::vector<int32_t> prompt = tok.Encode(f.prompt, TokenizeOptions{.add_bos = f.add_bos});
-  if (prompt.empty()) return Fail("the prompt is empty and --no-bos leaves no token to start from");
+  if (prompt.empty()) {
+    return Fail(f.add_bos ? "the prompt is empty and the model's vocab adds no BOS token to start from"
+                          : "the prompt is empty and --no-bos leaves no token to start from");
+  }
   if (static_cast<int64_t>(prompt.size()) > engine.n_ctx()) {
     return Fail(Cat("the prompt has ", prompt.size(), " tokens but the context holds ", engine.n_ctx(),
                     " (raise -c)"));
@@ -196,7 +199,8 @@ int CmdRun(std::span<const std::string> argv) {
   std::string text;
   text.reserve(static_cast<size_t>(f.n_predict) * 16);  // pieces are short: no allocation while decoding
   Clock::time_point t_first = t_prefill;
-  const bool strip_leading_space = prompt.size() == 1 && f.add_bos;  // generating from BOS alone
+  // Generating from BOS alone: SentencePiece's first piece carries the space the encoder would have prefixed.
+  const bool strip_leading_space = prompt.size() == 1 && prompt[0] == tok.bos_id() && tok.add_space_prefix();
   for (int i = 0; i < f.n_predict; ++i) {
     const int32_t id = sampler.Sample(last, history);
     if (i == 0) t_first = Clock::now();
