@@ -19,6 +19,14 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# The build writes the BPE test vocabularies with Python (tools/make_vocab_gguf.py): quicktok-v1 ships the vocabs,
+# gguf is llama.cpp's writer. PIP_BREAK_SYSTEM_PACKAGES: Debian 12's Python refuses pip installs without it.
+if ! python3 -c 'import importlib.metadata as m; assert m.version("quicktok-v1") == "0.4.0" and m.version("gguf") == "0.19.0"' \
+    2>/dev/null; then
+  echo "bootstrap: installing quicktok-v1 and gguf (pip)" >&2
+  PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --quiet quicktok-v1==0.4.0 gguf==0.19.0
+fi
+
 # nvcc lives in /usr/local/cuda on our machines; CMake finds it there. -DTANDEM_CUDA=OFF skips it.
 build_dir="${BUILD_DIR:-build}"
 cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null

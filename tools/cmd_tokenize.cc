@@ -1,5 +1,7 @@
 // tandem tokenize: the token ids of a text, with their pieces, as llama-tokenize shows them.
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <span>
@@ -15,7 +17,7 @@
 namespace tandem::cli {
 namespace {
 
-constexpr const char* kUsage = R"(usage: tandem tokenize [-m MODEL] [--no-bos] [--parse-special] [--ids] TEXT
+constexpr const char* kUsage = R"(usage: tandem tokenize [-m MODEL] [--no-bos] [--parse-special] [--ids] TEXT | -f FILE
 
 Prints the token ids of TEXT, one `id -> 'piece'` line per token, or with --ids a bare list such as
 [1, 15043, 3186]. Works on any GGUF with tokenizer metadata, vocab-only files included.
@@ -23,6 +25,7 @@ Prints the token ids of TEXT, one `id -> 'piece'` line per token, or with --ids 
 options:
   -m, --model MODEL  the GGUF file (default: the bundled stories260K model)
   -p, --prompt TEXT  the text, for a TEXT that starts with '-' (or put it after --)
+  -f, --file FILE    the text is FILE's bytes
   --no-bos           do not add the BOS token (added by default when the vocab asks for it)
   --parse-special    treat control-token text such as <s> as that token (default: plain text)
   --ids              print only the list of ids
@@ -81,7 +84,7 @@ int CmdTokenize(std::span<const std::string> args) {
   ArgReader ar(args);
   std::string model_path;
   std::optional<std::string> text;
-  TokenizeOptions opts;  // BOS on, special text plain
+  TokenizeOptions opts;  // BOS (and EOS) where the vocab asks for them, special text plain
   bool ids_only = false;
   bool flags_done = false;
   const auto set_text = [&](const std::string& t) -> bool {
@@ -108,6 +111,13 @@ int CmdTokenize(std::span<const std::string> args) {
       absl::StatusOr<std::string> v = ar.Value(a);
       if (!v.ok()) return Fail(Cat("tokenize: ", Message(v.status())));
       if (!set_text(*v)) return Fail("tokenize: more than one TEXT given (quote the text as one argument)");
+    } else if (a == "-f" || a == "--file") {
+      absl::StatusOr<std::string> v = ar.Value(a);
+      if (!v.ok()) return Fail(Cat("tokenize: ", Message(v.status())));
+      std::ifstream in(*v, std::ios::binary);
+      if (!in) return Fail(Cat("tokenize: cannot read '", *v, "'"));
+      std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      if (!set_text(bytes)) return Fail("tokenize: more than one TEXT given (quote the text as one argument)");
     } else if (a == "--no-bos") {
       opts.add_bos = false;
     } else if (a == "--parse-special") {
