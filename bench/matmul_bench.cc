@@ -1,6 +1,7 @@
 // MatMul throughput per weight type against a measured memory read bandwidth.
 //
 //   matmul_bench [--rows R] [--cols C] [--types Q4_0,Q8_0,...] [--ntok 1,8,32,512] [--reps N] [--probe-mib M]
+//                [--layout gguf|packed|both]
 //
 // Threads: OMP_NUM_THREADS. Kernel family: TANDEM_ISA=scalar|avx2|avx512 (default: the best the CPU has).
 //
@@ -11,8 +12,10 @@
 //
 // Columns: the medians (kernel time, weight GB/s, GFLOP/s, probe GB/s, their ratio); the bests (kernel time,
 // weight GB/s, probe GB/s, ratio); the median CPU time per thread, which on a busy machine is closer to what a
-// quiet one would show. On a shared machine also set OMP_WAIT_POLICY=passive: threads spinning at a barrier
-// while their partner waits for a core stretch every parallel region by whole scheduler slices.
+// quiet one would show; the median over runs of each run's GB/s against the probe run just before it, which
+// follows the host's swings better than the ratio of medians. On a shared machine also set
+// OMP_WAIT_POLICY=passive: threads spinning at a barrier while their partner waits for a core stretch every
+// parallel region by whole scheduler slices.
 #include <immintrin.h>
 #include <omp.h>
 
@@ -126,7 +129,8 @@ const char* IsaName(tandem::cpu::Isa isa) {
 
 int Usage() {
   std::fprintf(stderr,
-               "usage: matmul_bench [--rows R] [--cols C] [--types T1,T2] [--ntok 1,8,32,512] [--reps N] [--layout gguf|packed] "
+               "usage: matmul_bench [--rows R] [--cols C] [--types T1,T2] [--ntok 1,8,32,512] [--reps N] "
+               "[--layout gguf|packed|both] "
                "[--probe-mib M]\n");
   return 2;
 }
@@ -140,7 +144,9 @@ int main(int argc, char** argv) {
   std::vector<std::string> type_names = {"F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
                                          "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"};
   std::vector<int64_t> ntoks = {1, 8, 32, 512};
-  bool packed = false;  // --layout packed: the CPU backend's repacked copy (repack.h) where the type has one
+  // --layout packed: the CPU backend's repacked copy (repack.h) where the type has one; both: each type in the GGUF
+  // layout, then packed, so the two meet the same minutes of the host's bandwidth swings.
+  std::vector<bool> layouts = {false};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (i + 1 >= argc) return Usage();
@@ -156,8 +162,8 @@ int main(int argc, char** argv) {
     } else if (a == "--types") {
       type_names = Split(v);
     } else if (a == "--layout") {
-      if (v != "gguf" && v != "packed") return Usage();
-      packed = v == "packed";
+      if (v != "gguf" && v != "packed" && v != "both") return Usage();
+      layouts = v == "both" ? std::vector<bool>{false, true} : std::vector<bool>{v == "packed"};
     } else if (a == "--ntok") {
       ntoks.clear();
       for (const std::string& t : Split(v)) ntoks.push_back(std::atoll(t.c_str()));
@@ -174,8 +180,8 @@ int main(int argc, char** argv) {
   std::printf("# matmul_bench: %lld x %lld (rows x cols), %d threads, isa %s, probe buffer %zu MiB, %d reps\n",
               static_cast<long long>(rows), static_cast<long long>(cols), omp_get_max_threads(),
               IsaName(tandem::cpu::ActiveIsa()), probe_mib, reps);
-  std::printf("%-6s %5s %9s %8s %9s %8s %7s | %9s %8s %8s %7s | %9s\n", "type", "n_tok", "ms", "GB/s", "GFLOP/s",
-              "probe", "%probe", "best_ms", "GB/s", "probe", "%probe", "cpu_ms/th");
+  std::printf("%-6s %5s %9s %8s %9s %8s %7s | %9s %8s %8s %7s | %9s %7s\n", "type", "n_tok", "ms", "GB/s", "GFLOP/s",
+              "probe", "%probe", "best_ms", "GB/s", "probe", "%probe", "cpu_ms/th", "run%");
 
   const int64_t max_tok = *std::max_element(ntoks.begin(), ntoks.end());
   std::mt19937_64 rng(1);
@@ -199,48 +205,55 @@ int main(int argc, char** argv) {
     // Allocated as the backend allocates weights (huge pages where allowed; TANDEM_THP=0 for 4 KiB ones), so the
     // bench, the probe and the model read the same kind of pages.
     const WeightMatrix gguf_view{*type, w.data(), rows, cols, row_bytes};
-    const bool pack = packed && tandem::cpu::CanRepack(gguf_view);
-    const size_t w_bytes = pack ? tandem::cpu::PackedBytes(gguf_view) : w.size();
-    std::vector<std::unique_ptr<uint8_t, decltype(&std::free)>> copies;
-    for (size_t i = 0; i < n_copies; ++i) {
-      copies.emplace_back(static_cast<uint8_t*>(tandem::cpu::AllocHostBlock(w_bytes)), &std::free);
-      if (copies.back() == nullptr) {
-        std::fprintf(stderr, "out of memory for %zu copies of %zu bytes\n", n_copies, w_bytes);
-        return 1;
+    for (const bool packed : layouts) {
+      const bool pack = packed && tandem::cpu::CanRepack(gguf_view);
+      const size_t w_bytes = pack ? tandem::cpu::PackedBytes(gguf_view) : w.size();
+      std::vector<std::unique_ptr<uint8_t, decltype(&std::free)>> copies;
+      for (size_t i = 0; i < n_copies; ++i) {
+        copies.emplace_back(static_cast<uint8_t*>(tandem::cpu::AllocHostBlock(w_bytes)), &std::free);
+        if (copies.back() == nullptr) {
+          std::fprintf(stderr, "out of memory for %zu copies of %zu bytes\n", n_copies, w_bytes);
+          return 1;
+        }
+        if (pack) {
+          tandem::cpu::Repack(gguf_view, copies.back().get());
+        } else {
+          std::memcpy(copies.back().get(), w.data(), w_bytes);
+        }
       }
-      if (pack) {
-        tandem::cpu::Repack(gguf_view, copies.back().get());
-      } else {
-        std::memcpy(copies.back().get(), w.data(), w_bytes);
+      const std::string label = pack ? name + "p" : name;
+      std::vector<uint8_t> scratch(tandem::cpu::MatMulScratchBytes(*type, cols, max_tok));
+      for (int64_t n_tok : ntoks) {
+        // Prefill-sized runs take long; fewer repetitions keep the whole table to minutes.
+        const int n_reps = n_tok >= 256 ? std::max(1, reps / 3) : reps;
+        const auto layout = pack ? tandem::cpu::kPackedLayout : tandem::kGgufLayout;
+        const WeightMatrix first{.type = *type, .data = copies[0].get(), .rows = rows, .cols = cols,
+                                 .row_stride = row_bytes, .layout = layout};
+        tandem::cpu::MatMul(first, x.data(), n_tok, y.data(), scratch.data());  // warm-up: threads, page tables
+        std::vector<double> times, cpu_times, probes, ratios;
+        for (int r = 0; r < n_reps; ++r) {
+          probes.push_back(probe.Run(w_bytes));
+          const double t0 = Now(), c0 = CpuNow();
+          const WeightMatrix m{.type = *type, .data = copies[(r + 1) % n_copies].get(), .rows = rows, .cols = cols,
+                               .row_stride = row_bytes, .layout = layout};
+          tandem::cpu::MatMul(m, x.data(), n_tok, y.data(), scratch.data());
+          cpu_times.push_back(CpuNow() - c0);
+          times.push_back(Now() - t0);
+          ratios.push_back(static_cast<double>(w_bytes) / times.back() * 1e-9 / probes.back());
+        }
+        const double t = Median(times), bw = Median(probes);
+        const double best = *std::min_element(times.begin(), times.end());
+        const double best_bw = *std::max_element(probes.begin(), probes.end());
+        const double best_gbs = static_cast<double>(w_bytes) / best * 1e-9;
+        const double cpu_per_thread = Median(cpu_times) / omp_get_max_threads();
+        const double gbs = static_cast<double>(w_bytes) / t * 1e-9;
+        const double gflops = 2.0 * static_cast<double>(rows) * cols * n_tok / t * 1e-9;
+        std::printf("%-6s %5lld %9.3f %8.2f %9.1f %8.2f %6.1f%% | %9.3f %8.2f %8.2f %6.1f%% | %9.3f %6.1f%%\n",
+                    label.c_str(), static_cast<long long>(n_tok), t * 1e3, gbs, gflops, bw, 100.0 * gbs / bw,
+                    best * 1e3, best_gbs, best_bw, 100.0 * best_gbs / best_bw, cpu_per_thread * 1e3,
+                    100.0 * Median(ratios));
+        std::fflush(stdout);
       }
-    }
-    const std::string label = pack ? name + "p" : name;
-    std::vector<uint8_t> scratch(tandem::cpu::MatMulScratchBytes(*type, cols, max_tok));
-    for (int64_t n_tok : ntoks) {
-      // Prefill-sized runs take long; fewer repetitions keep the whole table to minutes.
-      const int n_reps = n_tok >= 256 ? std::max(1, reps / 3) : reps;
-      const WeightMatrix first{.type = *type, .data = copies[0].get(), .rows = rows, .cols = cols, .row_stride = row_bytes, .layout = pack ? tandem::cpu::kPackedLayout : tandem::kGgufLayout};
-      tandem::cpu::MatMul(first, x.data(), n_tok, y.data(), scratch.data());  // warm-up: threads, page tables
-      std::vector<double> times, cpu_times, probes;
-      for (int r = 0; r < n_reps; ++r) {
-        probes.push_back(probe.Run(w_bytes));
-        const double t0 = Now(), c0 = CpuNow();
-        const WeightMatrix m{.type = *type, .data = copies[(r + 1) % n_copies].get(), .rows = rows, .cols = cols, .row_stride = row_bytes, .layout = pack ? tandem::cpu::kPackedLayout : tandem::kGgufLayout};
-        tandem::cpu::MatMul(m, x.data(), n_tok, y.data(), scratch.data());
-        cpu_times.push_back(CpuNow() - c0);
-        times.push_back(Now() - t0);
-      }
-      const double t = Median(times), bw = Median(probes);
-      const double best = *std::min_element(times.begin(), times.end());
-      const double best_bw = *std::max_element(probes.begin(), probes.end());
-      const double best_gbs = static_cast<double>(w_bytes) / best * 1e-9;
-      const double cpu_per_thread = Median(cpu_times) / omp_get_max_threads();
-      const double gbs = static_cast<double>(w_bytes) / t * 1e-9;
-      const double gflops = 2.0 * static_cast<double>(rows) * cols * n_tok / t * 1e-9;
-      std::printf("%-6s %5lld %9.3f %8.2f %9.1f %8.2f %6.1f%% | %9.3f %8.2f %8.2f %6.1f%% | %9.3f\n", label.c_str(),
-                  static_cast<long long>(n_tok), t * 1e3, gbs, gflops, bw, 100.0 * gbs / bw, best * 1e3, best_gbs,
-                  best_bw, 100.0 * best_gbs / best_bw, cpu_per_thread * 1e3);
-      std::fflush(stdout);
     }
   }
   return 0;

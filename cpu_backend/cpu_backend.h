@@ -13,8 +13,8 @@
 namespace tandem {
 
 // Whether MatMul weights are repacked at load into the 16-row interleaved layout of cpu_backend/repack.h
-// (Q4_0, Q8_0, Q4_K). kAuto: where the AVX-512 VNNI kernels run (the portable packed kernel is slower than the
-// AVX2 GGUF-layout kernels). Env TANDEM_REPACK=0|1 overrides kAuto, so tests can force either path.
+// (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K). kAuto: where the AVX-512 VNNI kernels run (the portable packed kernel is slower
+// than the AVX2 GGUF-layout kernels). Env TANDEM_REPACK=0|1 overrides kAuto, so tests can force either path.
 enum class Repack { kAuto, kOff, kOn };
 
 struct CpuBackendOptions {

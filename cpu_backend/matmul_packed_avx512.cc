@@ -1,7 +1,7 @@
 // AVX-512 VNNI kernels over the packed layout (repack.h). One 512-bit register holds 4 quants of 16 rows, so one
 // vpdpbusd against a broadcast group of 4 activation bytes advances 16 rows; the unpacked weights of a block
 // stay in registers while up to kPackedTokTile tokens pass over them. Integer sums are exact; the float steps
-// follow llama.cpp's (per block for Q4_0/Q8_0, per super-block for Q4_K).
+// follow llama.cpp's (per block for Q4_0/Q8_0, per super-block for the K-quants).
 // GCC 12's AVX-512 headers build some results from a deliberately uninitialized register; see vec_dot_avx512.cc.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -142,36 +142,91 @@ void Block32Kernel(const uint8_t* group, int64_t nb, const uint8_t* tile, float*
   for (int t = 0; t < NX; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
 }
 
-constexpr int kQ4KBlockBytes = 2368;
-constexpr int kQ4KLines = kQ4KBlockBytes / 64;
-static_assert(kQ4KLines * 64 == kQ4KBlockBytes);
+// A packed K-quant super-block's bytes (repack.h), and its activation unit's for a tile of capacity C.
+template <DType kType>
+constexpr int kKBlockBytes = static_cast<int>(KBlockBytes(kType));
+static_assert(kKBlockBytes<DType::kQ4_K> == 2368 && kKBlockBytes<DType::kQ6_K> % 64 == 0);
+template <DType kType, int C>
+using KUnit = Unit<256, kType == DType::kQ6_K ? 16 : 4, C>;
 
-// One super-block of one group of 16 rows against NX tokens of a tile of capacity C, into acc[t]. A one-token step
-// prefetches the super-block `prefetch` bytes on (0: none), an eighth with each sub-block: its 37 prefetches in one
-// burst read 81-86 % of the probe on the Intel host, spread out 89-92 % (docs/performance.md).
-template <int NX, int C>
-inline void Q4KStep(const uint8_t* blk, const uint8_t* unit, __m512 acc[NX], size_t prefetch) {
-  using U = Unit<256, 4, C>;
+// Bits `from`, from + 1, ... of each byte moved to bit 4 by a 16-bit shift; what crosses a byte the caller masks off.
+inline __m512i BitsToFour(__m512i v, int from) {
+  if (from < 4) return _mm512_slli_epi16(v, 4 - from);
+  if (from > 4) return _mm512_srli_epi16(v, from - 4);
+  return v;
+}
+
+// Chunk j's 8 registers of 4 quants of 16 rows (repack.h). Q4_K (B = 0): MaskNibbles' registers, for DotNibbles.
+// Q5_K, Q6_K: q[i] holds quants 4i..4i+3, each its low 4 bits or-ed with its high bits moved up to bit 4: a shift,
+// a mask and one ternary op a register.
+template <int B>
+inline void UnpackKChunk(const uint8_t* chunk, __m512i q[8]) {
+  if constexpr (B == 0) {
+    MaskNibbles(chunk, q);
+  } else {
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
+    const __m512i high = _mm512_set1_epi8(static_cast<char>(((1 << B) - 1) << 4));
+    __m512i qh[B];
+    for (int k = 0; k < B; ++k) qh[k] = _mm512_loadu_si512(chunk + 256 + 64 * k);
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) {
+      const __m512i v = _mm512_loadu_si512(chunk + 64 * c);
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        const int p = B * (4 * h + c);
+        const __m512i bits = _mm512_and_si512(BitsToFour(qh[p / 8], p % 8), high);
+        const __m512i nibbles = h == 0 ? v : _mm512_srli_epi16(v, 4);
+        // (a & b) | c in one instruction: truth table 0xEA over (a, b, c).
+        q[4 * h + c] = _mm512_ternarylogic_epi32(nibbles, low4, bits, 0xEA);
+      }
+    }
+  }
+}
+
+// A sub-block of 16 quants, q[i] holding quants 4i..4i+3, from `init`.
+inline __m512i Dot16(const __m512i q[4], const int8_t* xq, __m512i init) {
+  for (int i = 0; i < 4; ++i) init = _mm512_dpbusd_epi32(init, q[i], Bcast4(xq + 4 * i));
+  return init;
+}
+
+// One super-block of one group of 16 rows against NX tokens of a tile of capacity C, into acc[t]; one step for
+// the K-quants (repack.h). Q4_K and Q5_K: per sub-block of 32 an unsigned sum times its scale, and the mins against
+// the activations' sums of 32; Q6_K: per sub-block of 16 a sum from -32 * the activations' sum (the q - 32),
+// times its signed scale. A one-token step prefetches the super-block `prefetch` bytes on (0: none), an eighth with
+// each chunk: Q4_K's 37 prefetches in one burst read 81-86 % of the probe on the Intel host, spread out 89-92 %
+// (docs/performance.md).
+template <DType kType, int NX, int C>
+inline void KStep(const uint8_t* blk, const uint8_t* unit, __m512 acc[NX], size_t prefetch) {
+  constexpr int B = KHighBits(kType);
+  constexpr bool kMins = kType != DType::kQ6_K;
+  constexpr int kLines = kKBlockBytes<kType> / 64;
+  using U = KUnit<kType, C>;
   const U a{unit};
   const uint8_t* sc = blk + 64;
   const uint8_t* m = sc + 128;
-  const uint8_t* qs = m + 128;
-  // The scales of the rows and their mins (int16 pairs: m of sub-blocks 2p and 2p + 1).
+  const uint8_t* chunks = blk + kKHeadBytes;
+  // The scales of the rows and, Q4_K/Q5_K, their mins (int16 pairs: m of sub-blocks 2p and 2p + 1).
   __m512 dw, dmin;
   __m512i mins[4];
   auto load_scales = [&] {
     dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
-    dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32)));
-    for (int p = 0; p < 4; ++p) {
-      mins[p] = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(m + 32 * p)));
+    if constexpr (kMins) {
+      dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32)));
+      for (int p = 0; p < 4; ++p) {
+        mins[p] = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(m + 32 * p)));
+      }
     }
   };
   // One token reads them first, so that each run is read in address order: read after the quants, one-token
-  // products in the host's 60-67 GB/s regime ran 7 % slower (paired runs, docs/performance.md). The empty asm
-  // keeps the loads here. Many tokens load them last, as their sums fill the registers.
+  // Q4_K products in the host's 60-67 GB/s regime ran 7 % slower (paired runs, docs/performance.md). The empty
+  // asm keeps the loads here. Many tokens load them last, as their sums fill the registers.
   if constexpr (C == 1) {
     load_scales();
-    asm("" : "+v"(dw), "+v"(dmin), "+v"(mins[0]), "+v"(mins[1]), "+v"(mins[2]), "+v"(mins[3]));
+    if constexpr (kMins) {
+      asm("" : "+v"(dw), "+v"(dmin), "+v"(mins[0]), "+v"(mins[1]), "+v"(mins[2]), "+v"(mins[3]));
+    } else {
+      asm("" : "+v"(dw));
+    }
   }
   __m512i isum[NX];
 #pragma GCC unroll 16
@@ -180,38 +235,55 @@ inline void Q4KStep(const uint8_t* blk, const uint8_t* unit, __m512 acc[NX], siz
     if constexpr (C == 1) {
       if (prefetch != 0) {
         const char* ahead = reinterpret_cast<const char*>(blk + prefetch);
-        for (int l = j * kQ4KLines / 8; l < (j + 1) * kQ4KLines / 8; ++l) _mm_prefetch(ahead + 64 * l, _MM_HINT_T0);
+        for (int l = j * kLines / 8; l < (j + 1) * kLines / 8; ++l) _mm_prefetch(ahead + 64 * l, _MM_HINT_T0);
       }
     }
-    const __m512i scale = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + 16 * j)));
     __m512i q[8];
-    MaskNibbles(qs + 256 * j, q);
+    UnpackKChunk<B>(chunks + j * KChunkBytes(kType), q);
+    if constexpr (kMins) {
+      const __m512i scale = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + 16 * j)));
 #pragma GCC unroll 16
-    for (int t = 0; t < NX; ++t) {
-      const __m512i sub = DotNibbles(q, a.qs(t) + 32 * j, _mm512_setzero_si512());
-      isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(sub, scale));
+      for (int t = 0; t < NX; ++t) {
+        const __m512i sub = B == 0 ? DotNibbles(q, a.qs(t) + 32 * j, _mm512_setzero_si512())
+                                   : DotBlock32<NX>(q, a.qs(t) + 32 * j, _mm512_setzero_si512());
+        isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(sub, scale));
+      }
+    } else {
+      const auto* sc8 = reinterpret_cast<const __m128i*>(sc + 32 * j);
+      const __m512i scale0 = _mm512_cvtepi8_epi32(_mm_loadu_si128(sc8));
+      const __m512i scale1 = _mm512_cvtepi8_epi32(_mm_loadu_si128(sc8 + 1));
+#pragma GCC unroll 16
+      for (int t = 0; t < NX; ++t) {
+        const int32_t* offset = a.aux(t) + 2 * j;
+        const __m512i lo = Dot16(q, a.qs(t) + 32 * j, _mm512_set1_epi32(offset[0]));
+        const __m512i hi = Dot16(q + 4, a.qs(t) + 32 * j + 16, _mm512_set1_epi32(offset[1]));
+        isum[t] = _mm512_add_epi32(isum[t],
+                                   _mm512_add_epi32(_mm512_mullo_epi32(lo, scale0), _mm512_mullo_epi32(hi, scale1)));
+      }
     }
   }
   if constexpr (C > 1) load_scales();
 #pragma GCC unroll 16
   for (int t = 0; t < NX; ++t) {
-    const int32_t* pairs = a.aux(t);
-    __m512i msum = _mm512_setzero_si512();
-    for (int p = 0; p < 4; ++p) msum = _mm512_dpwssd_epi32(msum, mins[p], _mm512_set1_epi32(pairs[p]));
     // As llama.cpp rounds it: the scale products first, then each integer sum against its own.
     const __m512 da = _mm512_set1_ps(a.d(t));
     acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, da), _mm512_cvtepi32_ps(isum[t]), acc[t]);
-    acc[t] = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, da), _mm512_cvtepi32_ps(msum), acc[t]);
+    if constexpr (kMins) {
+      const int32_t* pairs = a.aux(t);
+      __m512i msum = _mm512_setzero_si512();
+      for (int p = 0; p < 4; ++p) msum = _mm512_dpwssd_epi32(msum, mins[p], _mm512_set1_epi32(pairs[p]));
+      acc[t] = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, da), _mm512_cvtepi32_ps(msum), acc[t]);
+    }
   }
 }
 
-template <int NX, int C>
-void Q4KKernel(const uint8_t* group, int64_t nb, const uint8_t* tile, float* y, size_t y_stride) {
+template <DType kType, int NX, int C>
+void KKernel(const uint8_t* group, int64_t nb, const uint8_t* tile, float* y, size_t y_stride) {
   __m512 acc[NX];
 #pragma GCC unroll 16
   for (int t = 0; t < NX; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t s = 0; s < nb; ++s) {
-    Q4KStep<NX, C>(group + s * kQ4KBlockBytes, tile + s * Unit<256, 4, C>::kBytes, acc, 0);
+    KStep<kType, NX, C>(group + s * kKBlockBytes<kType>, tile + s * KUnit<kType, C>::kBytes, acc, 0);
   }
 #pragma GCC unroll 16
   for (int t = 0; t < NX; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
@@ -273,13 +345,21 @@ struct Q8_0Tile {
     Block32Kernel<false, NX, C>(g, nb, tile, y, ys);
   }
 };
-template <int NX, int C>
-struct Q4KTile {
-  static void Run(const uint8_t* g, int64_t nb, const uint8_t* tile, float* y, size_t ys) {
-    Q4KKernel<NX, C>(g, nb, tile, y, ys);
-  }
+template <DType kType>
+struct KTile {
+  template <int NX, int C>
+  struct Of {
+    static void Run(const uint8_t* g, int64_t nb, const uint8_t* tile, float* y, size_t ys) {
+      KKernel<kType, NX, C>(g, nb, tile, y, ys);
+    }
+  };
 };
 
+// The K-quants' decode: two runs, one super-block of each at a time (below).
+template <DType kType>
+PackedDecode KDecode() {
+  return {.fn = DecodeStreams<2, 1, kKBlockBytes<kType>, KUnit<kType, 1>::kBytes, KStep<kType, 1, 1>>, .streams = 2};
+}
 
 }  // namespace
 
@@ -289,7 +369,8 @@ struct Q4KTile {
 //   time, not one (with whole calls per chunk, matmul_batch.cc): the matmul regions read 91.7 % of the probe
 //   against 85.7 % in the 60-67 GB/s regime, and 4.6-6.6 % faster on one thread (paired runs).
 // - Q4_K reads 2368 bytes a super-block: two runs, 84 % against 76 % with four; in paired runs 14 % ahead of four
-//   runs with shifted nibbles and 256-bit loads.
+//   runs with shifted nibbles and 256-bit loads. Q5_K and Q6_K (2880 and 3392 bytes) take Q4_K's two runs, not
+//   tuned apart: their one-matrix products read about what Q4_K's do (matmul_bench, 2026-12-01).
 // - Q8_0 reads 544 bytes a block: two runs, four blocks of each at a time. Against one run (the one-group kernel),
 //   paired per-token A/B of whole-model decode: 0.973 of the token time in the 57-68 GB/s regime (44 runs), 1.004
 //   in the 16-37 GB/s one (37). Two runs of one block at a time measured 1.030 in the fast regime, of two 0.991,
@@ -299,8 +380,9 @@ PackedDecode Avx512PackedDecode(DType wtype) {
     case DType::kQ4_0:
       return {.fn = DecodeStreams<4, 2, kBlock32Bytes<true>, Unit<32, 1, 1>::kBytes, Block32Step<true, 1, 1>>,
               .streams = 4};
-    case DType::kQ4_K:
-      return {.fn = DecodeStreams<2, 1, kQ4KBlockBytes, Unit<256, 4, 1>::kBytes, Q4KStep<1, 1>>, .streams = 2};
+    case DType::kQ4_K: return KDecode<DType::kQ4_K>();
+    case DType::kQ5_K: return KDecode<DType::kQ5_K>();
+    case DType::kQ6_K: return KDecode<DType::kQ6_K>();
     case DType::kQ8_0:
       return {.fn = DecodeStreams<2, 4, kBlock32Bytes<false>, Unit<32, 1, 1>::kBytes, Block32Step<false, 1, 1>>,
               .streams = 2};
@@ -312,7 +394,9 @@ PackedKernelFn Avx512PackedKernel(DType wtype) {
   switch (wtype) {
     case DType::kQ4_0: return ByTokens<Q4_0Tile>;
     case DType::kQ8_0: return ByTokens<Q8_0Tile>;
-    case DType::kQ4_K: return ByTokens<Q4KTile>;
+    case DType::kQ4_K: return ByTokens<KTile<DType::kQ4_K>::Of>;
+    case DType::kQ5_K: return ByTokens<KTile<DType::kQ5_K>::Of>;
+    case DType::kQ6_K: return ByTokens<KTile<DType::kQ6_K>::Of>;
     default: return nullptr;
   }
 }

@@ -51,36 +51,55 @@ void PackedBlock32(const uint8_t* group, int64_t nb, const uint8_t* tile, int ca
   }
 }
 
-void PackedQ4_K(const uint8_t* group, int64_t nb, const uint8_t* tile, int capacity, int n_x, float* y,
-                size_t y_stride) {
-  const TileView a{tile, PackedActUnitOf(DType::kQ4_K, capacity)};
+// Row r's quant e (0..255) of a packed K-quant super-block: its low 4 bits and B high bits (repack.h).
+template <int B>
+int KQuant(const uint8_t* chunks, int r, int e) {
+  const uint8_t* chunk = chunks + static_cast<size_t>(e / 32) * (256 + 64 * B);
+  const int h = (e % 32) / 16, c = (e % 16) / 4, i = e % 4;
+  int q = (chunk[64 * c + 4 * r + i] >> 4 * h) & 0xF;
+  if constexpr (B > 0) {
+    const int p = B * (4 * h + c);
+    q |= ((chunk[256 + 64 * (p / 8) + 4 * r + i] >> p % 8) & ((1 << B) - 1)) << 4;
+  }
+  return q;
+}
+
+// Q4_K and Q5_K: 8 sub-blocks of 32 with a scale and a min; Q6_K: 16 sub-blocks of 16 with a signed scale and
+// values q - 32, each sub-block's sum starting from the activations' -32 * sum (aux).
+template <DType kType>
+void PackedK(const uint8_t* group, int64_t nb, const uint8_t* tile, int capacity, int n_x, float* y,
+             size_t y_stride) {
+  constexpr int B = KHighBits(kType);
+  constexpr bool kMins = kType != DType::kQ6_K;
+  constexpr int kSub = kMins ? 32 : 16;
+  const TileView a{tile, PackedActUnitOf(kType, capacity)};
   for (int t = 0; t < n_x; ++t) {
     float acc[kPackRows] = {};
     for (int64_t s = 0; s < nb; ++s) {
-      const uint8_t* blk = group + s * 2368;
+      const uint8_t* blk = group + s * PackedBlockBytes(kType);
       const auto* d = reinterpret_cast<const f16_t*>(blk);
       const f16_t* dmin = d + 16;
       const uint8_t* sc = blk + 64;
       const uint8_t* m = sc + 128;
-      const uint8_t* qs = m + 128;
       const int8_t* xq = a.qs(s, t);
       int16_t bsum32[8];
-      std::memcpy(bsum32, a.aux(s, t), sizeof(bsum32));
+      if constexpr (kMins) std::memcpy(bsum32, a.aux(s, t), sizeof(bsum32));
       const float da = a.d(s, t);
       for (int r = 0; r < kPackRows; ++r) {
         int32_t isum = 0, msum = 0;
-        for (int j = 0; j < 8; ++j) {
-          int32_t sub = 0;
-          for (int k = 0; k < 32; ++k) {
-            const uint8_t byte = qs[256 * j + 64 * ((k % 16) / 4) + 4 * r + k % 4];
-            sub += (k < 16 ? (byte & 0xF) : (byte >> 4)) * xq[32 * j + k];
+        for (int j = 0; j < 256 / kSub; ++j) {
+          int32_t sub = kMins ? 0 : a.aux(s, t)[j];
+          for (int k = kSub * j; k < kSub * (j + 1); ++k) sub += KQuant<B>(blk + kKHeadBytes, r, k) * xq[k];
+          if constexpr (kMins) {
+            isum += sc[16 * j + r] * sub;
+            msum += m[32 * (j / 2) + 2 * r + j % 2] * bsum32[j];
+          } else {
+            isum += static_cast<int8_t>(sc[16 * j + r]) * sub;
           }
-          isum += sc[16 * j + r] * sub;
-          msum += m[32 * (j / 2) + 2 * r + j % 2] * bsum32[j];
         }
         // The scale products first, then each integer sum against its own (the order llama.cpp rounds in).
         acc[r] += F16ToF32(d[r]) * da * static_cast<float>(isum);
-        acc[r] -= F16ToF32(dmin[r]) * da * static_cast<float>(msum);
+        if constexpr (kMins) acc[r] -= F16ToF32(dmin[r]) * da * static_cast<float>(msum);
       }
     }
     std::memcpy(y + t * y_stride, acc, sizeof(acc));
@@ -93,7 +112,9 @@ PackedKernelFn ScalarPackedKernel(DType wtype) {
   switch (wtype) {
     case DType::kQ4_0: return PackedBlock32<true>;
     case DType::kQ8_0: return PackedBlock32<false>;
-    case DType::kQ4_K: return PackedQ4_K;
+    case DType::kQ4_K: return PackedK<DType::kQ4_K>;
+    case DType::kQ5_K: return PackedK<DType::kQ5_K>;
+    case DType::kQ6_K: return PackedK<DType::kQ6_K>;
     default: return nullptr;
   }
 }

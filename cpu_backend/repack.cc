@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <cstring>
+#include <type_traits>
 
 #include "core/quant.h"
 #include "core/status.h"
@@ -17,14 +18,16 @@ size_t PackedBlockBytes(DType type) {
   switch (type) {
     case DType::kQ4_0: return 32 + 256;
     case DType::kQ8_0: return 32 + 512;
-    case DType::kQ4_K: return 64 + 128 + 128 + 2048;
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K: return KBlockBytes(type);
     default: return 0;
   }
 }
 
 namespace {
 
-// One block (super-block for Q4_K) of 16 rows: rows[r] points at row r's GGUF block.
+// One block (super-block for K-quants) of 16 rows: rows[r] points at row r's GGUF block.
 void PackBlockQ4_0(const uint8_t* const* rows, uint8_t* out) {
   auto* d = reinterpret_cast<f16_t*>(out);
   uint8_t* qs = out + 32;
@@ -51,30 +54,76 @@ void PackBlockQ8_0(const uint8_t* const* rows, uint8_t* out) {
   }
 }
 
-void PackBlockQ4_K(const uint8_t* const* rows, uint8_t* out) {
+// Row r's 256 K-quants q[e] (0..63) into a packed super-block's chunks (repack.h). Each byte is made whole before
+// it is stored: writing quant by quant, or-ing bits in, repacked about 5 times slower.
+template <int B>
+void PackKRow(const uint8_t* q, int r, uint8_t* chunks) {
+  for (int k = 0; k < 8; ++k, q += 32, chunks += 256 + 64 * B) {
+    for (int c = 0; c < 4; ++c) {
+      for (int i = 0; i < 4; ++i) {
+        chunks[64 * c + 4 * r + i] = static_cast<uint8_t>((q[4 * c + i] & 0xF) | (q[16 + 4 * c + i] & 0xF) << 4);
+      }
+    }
+    if constexpr (B > 0) {
+      for (int i = 0; i < 4; ++i) {
+        uint32_t bits = 0;  // bit p = B * (4h + c) on: quant 16h + 4c + i's high bits
+        for (int h = 0; h < 2; ++h) {
+          for (int c = 0; c < 4; ++c) bits |= static_cast<uint32_t>(q[16 * h + 4 * c + i] >> 4) << B * (4 * h + c);
+        }
+        for (int reg = 0; reg < B; ++reg) chunks[256 + 64 * reg + 4 * r + i] = static_cast<uint8_t>(bits >> 8 * reg);
+      }
+    }
+  }
+}
+
+// Q4_K and Q5_K: the same head; sub-block j's quant e is the low (j even) or high (j odd) nibble of
+// qs[32 * (j / 2) + e % 32], and Q5_K's fifth bit is bit j of qh[e % 32].
+template <class Block>
+void PackBlockQ45_K(const uint8_t* const* rows, uint8_t* out) {
+  constexpr int B = std::is_same_v<Block, BlockQ5_K> ? 1 : 0;
   auto* d = reinterpret_cast<f16_t*>(out);
   f16_t* dmin = d + 16;
   uint8_t* sc = out + 64;
   uint8_t* m = sc + 128;
-  uint8_t* qs = m + 128;
   for (int r = 0; r < kPackRows; ++r) {
-    const auto* b = reinterpret_cast<const BlockQ4_K*>(rows[r]);
+    const auto* b = reinterpret_cast<const Block*>(rows[r]);
     d[r] = b->d;
     dmin[r] = b->dmin;
+    uint8_t q[256];
     for (int j = 0; j < 8; ++j) {
       int scale, min;
       KScaleMin(b->scales, j, &scale, &min);
       sc[16 * j + r] = static_cast<uint8_t>(scale);
       m[32 * (j / 2) + 2 * r + j % 2] = static_cast<uint8_t>(min);
-      // GGUF: sub-block j's quant e is the low (j even) or high (j odd) nibble of qs[32 * (j / 2) + e].
-      const uint8_t* src = b->qs + 32 * (j / 2);
-      const int shift = 4 * (j % 2);
-      for (int e = 0; e < 16; ++e) {
-        const int lo = (src[e] >> shift) & 0xF;
-        const int hi = (src[e + 16] >> shift) & 0xF;
-        qs[256 * j + 64 * (e / 4) + 4 * r + e % 4] = static_cast<uint8_t>(lo | hi << 4);
+      for (int l = 0; l < 32; ++l) {
+        q[32 * j + l] = static_cast<uint8_t>((b->qs[32 * (j / 2) + l] >> 4 * (j % 2)) & 0xF);
+        if constexpr (B == 1) q[32 * j + l] |= static_cast<uint8_t>(((b->qh[l] >> j) & 1) << 4);
       }
     }
+    PackKRow<B>(q, r, out + kKHeadBytes);
+  }
+}
+
+// Q6_K: quant e = 128h + 32k + l takes its low 4 bits from ql[64h + 32(k & 1) + l] (the high nibble when k >= 2)
+// and its top two from qh[32h + l] at bit 2k.
+void PackBlockQ6_K(const uint8_t* const* rows, uint8_t* out) {
+  auto* d = reinterpret_cast<f16_t*>(out);
+  std::memset(out + 32, 0, 32);  // the padding
+  auto* sc = reinterpret_cast<int8_t*>(out + 64);
+  for (int r = 0; r < kPackRows; ++r) {
+    const auto* b = reinterpret_cast<const BlockQ6_K*>(rows[r]);
+    d[r] = b->d;
+    for (int j = 0; j < 16; ++j) sc[16 * j + r] = b->scales[j];
+    uint8_t q[256];
+    for (int h = 0; h < 2; ++h) {
+      for (int k = 0; k < 4; ++k) {
+        for (int l = 0; l < 32; ++l) {
+          const int lo = (b->ql[64 * h + 32 * (k & 1) + l] >> (k >= 2 ? 4 : 0)) & 0xF;
+          q[128 * h + 32 * k + l] = static_cast<uint8_t>(lo | ((b->qh[32 * h + l] >> 2 * k) & 3) << 4);
+        }
+      }
+    }
+    PackKRow<2>(q, r, out + kKHeadBytes);
   }
 }
 
@@ -84,7 +133,9 @@ PackBlockFn PackBlockFor(DType type) {
   switch (type) {
     case DType::kQ4_0: return PackBlockQ4_0;
     case DType::kQ8_0: return PackBlockQ8_0;
-    case DType::kQ4_K: return PackBlockQ4_K;
+    case DType::kQ4_K: return PackBlockQ45_K<BlockQ4_K>;
+    case DType::kQ5_K: return PackBlockQ45_K<BlockQ5_K>;
+    case DType::kQ6_K: return PackBlockQ6_K;
     default: return nullptr;
   }
 }
@@ -93,8 +144,8 @@ PackBlockFn PackBlockFor(DType type) {
 
 PackedActUnit PackedActUnitOf(DType wtype, int capacity) {
   TANDEM_CHECK(capacity == 1 || capacity == kPackedTokTile);
-  const int64_t q = wtype == DType::kQ4_K ? 256 : 32;
-  const size_t aux = wtype == DType::kQ4_K ? 16 : 4;
+  const int64_t q = IsPackedKQuant(wtype) ? 256 : 32;
+  const size_t aux = wtype == DType::kQ6_K ? 64 : IsPackedKQuant(wtype) ? 16 : 4;
   const auto cap = static_cast<size_t>(capacity);
   const size_t d_offset = cap * static_cast<size_t>(q);
   const size_t aux_offset = d_offset + cap * sizeof(float);
@@ -122,16 +173,20 @@ void QuantizePackedAct(DType wtype, const float* x, int64_t n, uint8_t* tile, in
     auto* qs = reinterpret_cast<int8_t*>(unit + slot * u.quants);
     auto* d = reinterpret_cast<float*>(unit + u.d_offset) + slot;
     auto* aux = reinterpret_cast<int32_t*>(unit + u.aux_offset + slot * u.aux_bytes);
-    if (wtype == DType::kQ4_K) {
+    if (IsPackedKQuant(wtype)) {
       BlockQ8_K blk;
       if (isa < Isa::kAvx2 || !Avx2QuantizeActivationRow(DType::kQ8_K, x + 256 * b, &blk, 256)) {
         QuantizeRowQ8_K(x + 256 * b, &blk, 256);
       }
       std::memcpy(qs, blk.qs, 256);
       *d = blk.d;
-      int16_t sums[8];
-      for (int j = 0; j < 8; ++j) sums[j] = static_cast<int16_t>(blk.bsums[2 * j] + blk.bsums[2 * j + 1]);
-      std::memcpy(aux, sums, sizeof(sums));
+      if (wtype == DType::kQ6_K) {
+        for (int j = 0; j < 16; ++j) aux[j] = -32 * blk.bsums[j];
+      } else {
+        int16_t sums[8];
+        for (int j = 0; j < 8; ++j) sums[j] = static_cast<int16_t>(blk.bsums[2 * j] + blk.bsums[2 * j + 1]);
+        std::memcpy(aux, sums, sizeof(sums));
+      }
       continue;
     }
     TANDEM_CHECK(wtype == DType::kQ4_0 || wtype == DType::kQ8_0);

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/quant.h"
@@ -249,21 +250,23 @@ TEST(CpuBackend, RepackedWeightsAndNumaRows) {
 }
 
 // q, k and v through MatMuls: the packed ones in one parallel region with one quantized input, bit for bit the
-// products of one MatMul each, and against the reference kernel. A matrix that cannot be repacked (24 rows) runs
-// on its own in the same call.
+// products of one MatMul each, and against the reference kernel. As in a Q4_K_M file, v may be Q6_K (or Q5_K)
+// next to Q4_K q and k. A matrix that cannot be repacked (24 rows) runs on its own in the same call.
 TEST(CpuBackend, MatMulsEqualOneByOne) {
   auto b = CreateCpuBackend(CpuBackendOptions{.n_threads = 2, .repack = Repack::kOn});
   const int64_t cols = 512;
   std::vector<std::vector<uint8_t>> bytes;
   std::vector<WeightMatrix> raw, prepared;
-  for (int64_t rows : {128, 32, 32, 24}) {
+  const std::pair<int64_t, DType> shapes[] = {
+      {128, DType::kQ4_K}, {32, DType::kQ4_K}, {32, DType::kQ6_K}, {32, DType::kQ5_K}, {24, DType::kQ4_K}};
+  for (const auto& [rows, type] : shapes) {
     const std::vector<float> wf = RandomNormal(static_cast<size_t>(rows * cols), 60 + rows);
-    const size_t row_bytes = RowBytes(DType::kQ4_K, cols);
+    const size_t row_bytes = RowBytes(type, cols);
     bytes.emplace_back(row_bytes * rows);
     for (int64_t r = 0; r < rows; ++r) {
-      ASSERT_TRUE(QuantizeRow(DType::kQ4_K, wf.data() + r * cols, bytes.back().data() + r * row_bytes, cols).ok());
+      ASSERT_TRUE(QuantizeRow(type, wf.data() + r * cols, bytes.back().data() + r * row_bytes, cols).ok());
     }
-    raw.push_back(WeightMatrix{.type = DType::kQ4_K, .data = bytes.back().data(), .rows = rows, .cols = cols,
+    raw.push_back(WeightMatrix{.type = type, .data = bytes.back().data(), .rows = rows, .cols = cols,
                                .row_stride = row_bytes});
     absl::StatusOr<WeightMatrix> p = b->PrepareMatMulWeights(raw.back(), "test weight");
     ASSERT_TRUE(p.ok()) << p.status();

@@ -255,9 +255,9 @@ TEST_P(MatMulTest, DecodePrefetchChangesNoBit) {
   EXPECT_LT(Nmse(plain, p.ref), kTol.at(type));
 }
 
-// Packed weights (repack.h, the CPU backend's layout for Q4_0, Q8_0 and Q4_K) give the reference's products on
-// every ISA: the VNNI kernels on AVX-512, the portable packed kernel below it. Same operands and bounds as the GGUF
-// layout; token counts straddle the 8-token tile.
+// Packed weights (repack.h, the CPU backend's layout for Q4_0, Q8_0 and the K-quants Q4_K, Q5_K, Q6_K) give the
+// reference's products on every ISA: the VNNI kernels on AVX-512, the portable packed kernel below it. Same
+// operands and bounds as the GGUF layout; token counts straddle the 8-token tile. The outputs start poisoned.
 class PackedMatMulTest : public MatMulTest {};
 
 TEST_P(PackedMatMulTest, MatchesReference) {
@@ -287,7 +287,7 @@ TEST_P(PackedMatMulTest, MatchesReference) {
   std::printf("  %s/%s packed: NMSE vs reference %.3g over all shapes\n", std::string(DTypeName(type)).c_str(),
               IsaName(std::get<1>(GetParam())).c_str(), Nmse(all_fast, all_ref));
 
-  // Decode reads a thread's range of row groups as runs side by side (Q4_0 four, two blocks at a time; Q4_K two;
+  // Decode reads a thread's range of row groups as runs side by side (Q4_0 four, two blocks at a time; K-quants two;
   // Q8_0 two, four blocks at a time; what is left at a range's end one by one): rows enough for runs of 2 and 3
   // groups, with and without a remainder. Six blocks end Q8_0's runs on two single blocks; odd block counts
   // (nb = 3 above) end Q4_0's on one.
@@ -347,7 +347,7 @@ TEST(MatMulAffinity, RangeOrderServesOwnNodeThenOrphans) {
 TEST(MatMulAffinity, SameProductsWhoeverComputesThem) {
   const int saved = omp_get_max_threads();
   omp_set_num_threads(2);
-  for (DType type : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K}) {
+  for (DType type : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
     const int64_t rows = 20 * kPackRows, cols = 2 * Traits(type).block_elems * 8;
     for (int64_t n_tok : {1, 9}) {
       const Problem& p = GetProblem(type, rows, cols, n_tok, 0, 900);
@@ -440,7 +440,8 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, MatMulTest,
                                           testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512)),
                          TypeIsaName);
 INSTANTIATE_TEST_SUITE_P(PackedTypes, PackedMatMulTest,
-                         testing::Combine(testing::Values(DType::kQ4_0, DType::kQ8_0, DType::kQ4_K),
+                         testing::Combine(testing::Values(DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ5_K,
+                                                          DType::kQ6_K),
                                           testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512)),
                          TypeIsaName);
 
@@ -523,7 +524,7 @@ TEST(PackedActivations, SimdTileMatchesPortable) {
   if (DetectedIsa() < Isa::kAvx2) GTEST_SKIP() << "no SIMD conversion on this CPU";
   const int64_t n = 14336;  // Mixtral's n_ff: a one-token down projection's row
   const std::vector<float> x = AwkwardActivations(n, 5);
-  for (DType wtype : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K}) {
+  for (DType wtype : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K}) {
     for (int capacity : {1, internal::kPackedTokTile}) {
       for (int64_t len : {n, int64_t{256}}) {
         const int slot = capacity - 1;
