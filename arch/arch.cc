@@ -6,18 +6,22 @@
 
 namespace tandem {
 
-const Architecture& LlamaArchitecture();  // arch/llama.cc
+const Architecture& LlamaArchitecture();     // arch/llama.cc
+const Architecture& Qwen2Architecture();     // arch/qwen.cc
+const Architecture& Qwen3Architecture();     // arch/qwen.cc
+const Architecture& Qwen3MoeArchitecture();  // arch/qwen.cc
 
 namespace {
 
 const std::vector<const Architecture*>& Registry() {
-  static const std::vector<const Architecture*> kAll = {&LlamaArchitecture()};
+  static const std::vector<const Architecture*> kAll = {&LlamaArchitecture(), &Qwen2Architecture(),
+                                                        &Qwen3Architecture(), &Qwen3MoeArchitecture()};
   return kAll;
 }
 
 std::string SupportedNames() {
   std::string s;
-  for (const Architecture* a : Registry()) s += Cat(s.empty() ? "'" : ", '", a->name(), "'");
+  for (const Architecture* a : Registry()) s += Cat(s.empty() ? "'" : ", '", a->name(), "' (", a->family(), ")");
   return s;
 }
 
@@ -64,8 +68,8 @@ absl::StatusOr<ModelSchema> ReadModelSchema(const GgufFile& file) {
   m.cfg.arch = *arch->AsString();
   m.arch = FindArchitecture(m.cfg.arch);
   if (m.arch == nullptr) {
-    return Unimplemented("key 'general.architecture': '", m.cfg.arch, "' is not supported (only ", SupportedNames(),
-                         ")");
+    return Unimplemented("key 'general.architecture': '", m.cfg.arch, "' is not supported; tandem runs ",
+                         SupportedNames());
   }
   if (const GgufValue* name = file.Find("general.name"); name && name->AsString()) m.cfg.name = *name->AsString();
   TANDEM_RETURN_IF_ERROR(ReadHParams(file, m.arch->hparams(), m.cfg));
@@ -80,7 +84,9 @@ absl::StatusOr<ModelSchema> MatchModelSchema(const ModelConfig& cfg, std::span<c
   ModelSchema m;
   m.cfg = cfg;
   m.arch = FindArchitecture(cfg.arch);
-  if (m.arch == nullptr) return Unimplemented("architecture '", cfg.arch, "' is not supported (only ", SupportedNames(), ")");
+  if (m.arch == nullptr) {
+    return Unimplemented("architecture '", cfg.arch, "' is not supported; tandem runs ", SupportedNames());
+  }
   TANDEM_ASSIGN_OR_RETURN(m.match, SchemaMatch::Match(m.arch->schema(), m.arch->name(), m.cfg, tensors));
   FinishFromTensors(m.match, m.cfg);
   return m;

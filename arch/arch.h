@@ -33,9 +33,11 @@ struct UnitWeights {
 
   const WeightMatrix& operator[](int slot) const { return slots[slot]; }
   const WeightMatrix& expert(int slot, int e) const { return expert_slots[slot * n_expert + e]; }
-  // The data of a present F32 vector (a norm, a bias), or null.
+  // The data of a present F32 vector (a norm, a bias), or null; also null for a slot past the schema's last (a
+  // family whose variants share one slot enum, some without that tensor).
   const float* vec(int slot) const {
-    return slots[slot].present() ? static_cast<const float*>(slots[slot].data) : nullptr;
+    if (slot >= static_cast<int>(slots.size()) || !slots[slot].present()) return nullptr;
+    return static_cast<const float*>(slots[slot].data);
   }
   // Every present matrix, slots first then expert slots, in a fixed order (for copies between devices).
   template <typename Fn>
@@ -73,6 +75,8 @@ class Architecture {
   virtual ~Architecture() = default;
   // general.architecture's value for this family's files.
   virtual std::string_view name() const = 0;
+  // The models it runs, for people: "Qwen3-MoE".
+  virtual std::string_view family() const = 0;
   virtual std::span<const HParam> hparams() const = 0;
   virtual Schema schema() const = 0;
   // Derives and checks what the keys alone decide (defaults that depend on other keys, divisibility); called

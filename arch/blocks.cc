@@ -28,12 +28,20 @@ void AttentionBlock(Backend& be, const StepContext& s, int il, const AttentionWe
   if (w.bv != nullptr) be.AddBias(act.v, w.bv, n, kv_dim, act.v);
   s.Named(be, act.k, n * kv_dim, "k", il);
   s.Named(be, act.v, n * kv_dim, "v", il);
+  if (w.k_norm != nullptr) {
+    be.RmsNorm(act.k, w.k_norm, n * c.n_head_kv, c.head_dim, o.norm_eps, act.k);
+    s.Named(be, act.k, n * kv_dim, "k_norm", il);
+  }
   be.Rope(act.k, n, act.pos, rope_k);                   s.Named(be, act.k, n * kv_dim, "k_rope", il);
   be.KvStore(kv, act.k, act.v, n, s.pos0);
   if (m == 0) return;
   if (m < n) be.MatMul(*w.wq, act.cur + r0 * c.n_embd, m, act.q);
   if (w.bq != nullptr) be.AddBias(act.q, w.bq, m, q_dim, act.q);
   s.Named(be, act.q, m * q_dim, "q", il);
+  if (w.q_norm != nullptr) {
+    be.RmsNorm(act.q, w.q_norm, m * c.n_head, c.head_dim, o.norm_eps, act.q);
+    s.Named(be, act.q, m * q_dim, "q_norm", il);
+  }
   be.Rope(act.q, m, act.pos + r0, o.rope);              s.Named(be, act.q, m * q_dim, "q_rope", il);
   be.Attention(act.q, kv, m, s.pos0 + r0, o.attn, act.att);
   s.Named(be, act.att, m * q_dim, "kqv", il);
@@ -98,6 +106,23 @@ void MoeFfnBlock(Backend& be, const StepContext& s, int il, const MoeWeights& w,
   for (int j = 1; j < k; ++j) be.Add(act.slots, act.slots + j * slot_elems, slot_elems, act.slots);
   s.Named(be, act.slots, slot_elems, "ffn_moe_out", il);
   be.Add(x, act.slots, slot_elems, x);
+}
+
+void SwigluFfnUnit(Backend& be, const StepContext& s, const UnitWeights& w, const SwigluFfnSlots& slots,
+                   const MoeRouteParams& route, Activations& act) {
+  const int64_t n = s.n_live;
+  if (n == 0) return;
+  float* x = FfnNormBlock(be, s, w.layer, w[slots.norm], s.cfg->rms_eps, act);
+  if (s.cfg->is_moe()) {
+    MoeFfnBlock(be, s, w.layer,
+                {.router = &w[slots.router], .unit = &w, .gate_slot = slots.exp_gate, .up_slot = slots.exp_up,
+                 .down_slot = slots.exp_down},
+                {.route = route}, n, x, act);
+  } else {
+    GatedFfnBlock(be, s, w.layer, {.gate = &w[slots.gate], .up = &w[slots.up], .down = &w[slots.down]}, GluParams{},
+                  n, x, act);
+  }
+  LayerOutBlock(be, s, w.layer, x);
 }
 
 void OutputBlock(Backend& be, const StepContext& s, const WeightMatrix& norm, float eps, const WeightMatrix& output,

@@ -23,13 +23,16 @@ struct AttentionWeights {
   const float* bk = nullptr;
   const float* bv = nullptr;
   const float* bo = nullptr;
+  const float* q_norm = nullptr;       // [head_dim]: RMSNorm of each query head before RoPE (Qwen3), or null
+  const float* k_norm = nullptr;       // [head_dim]: likewise for each key head
 };
 struct AttentionOptions {
   float norm_eps = 1e-5f;
   RopeParams rope;           // for the queries; the keys' differs only in n_head = n_head_kv
   AttentionParams attn;
 };
-// x += wo(attention(rope(wq norm(x)), cache + rope(wk norm(x)), wv norm(x))), the cache taking every token.
+// x += wo(attention(rope(wq norm(x)), cache + rope(wk norm(x)), wv norm(x))), the cache taking every token. With
+// biases, each projection adds its own; with q_norm/k_norm, each head of q and k is RMS-normed before RoPE.
 void AttentionBlock(Backend& be, const StepContext& s, int il, const AttentionWeights& w, const AttentionOptions& o,
                     const KvLayer& kv, Activations& act);
 
@@ -69,6 +72,15 @@ struct MoeOptions {
 };
 void MoeFfnBlock(Backend& be, const StepContext& s, int il, const MoeWeights& w, const MoeOptions& o, int64_t n,
                  float* x, Activations& act);
+
+// The whole FFN unit of the Llama-like families: the norm, a SwiGLU FFN (router null) or a router over SwiGLU
+// experts routed as `route` says, then the layer's output. Slots are the unit's, as the family's schema numbers them.
+struct SwigluFfnSlots {
+  int norm = 0, gate = 0, up = 0, down = 0;      // dense
+  int router = 0, exp_gate = 0, exp_up = 0, exp_down = 0;  // MoE
+};
+void SwigluFfnUnit(Backend& be, const StepContext& s, const UnitWeights& w, const SwigluFfnSlots& slots,
+                   const MoeRouteParams& route, Activations& act);
 
 // Logits of rows [first_row, n_tok): output(norm(x)) + bias (bias may be null).
 void OutputBlock(Backend& be, const StepContext& s, const WeightMatrix& norm, float eps, const WeightMatrix& output,

@@ -5,16 +5,13 @@
 
 #include "arch/arch.h"
 #include "arch/blocks.h"
+#include "arch/decoder.h"
 #include "arch/tensor_names.h"
-#include "core/status.h"
 
 namespace tandem {
 namespace {
 
 namespace tn = tensor_names;
-
-constexpr int64_t kMaxCount = int64_t{1} << 20;  // layers, widths, heads, experts
-constexpr int64_t kMaxContext = int64_t{1} << 24;
 
 // Where each unit's tensors sit in its UnitWeights.
 enum EmbdSlot { kTokenEmbdSlot };
@@ -22,25 +19,9 @@ enum AttnSlot { kAttnNormSlot, kWqSlot, kWkSlot, kWvSlot, kWoSlot, kRopeFreqsSlo
 enum FfnSlot { kFfnNormSlot, kGateSlot, kUpSlot, kDownSlot, kRouterSlot };
 enum ExpertSlot { kExpGateSlot, kExpUpSlot, kExpDownSlot };
 enum OutputSlot { kOutputNormSlot, kOutputSlot };
-
-const HParam kHParams[] = {
-    {.key = "block_count", .int_field = &ModelConfig::n_layer, .required = true, .lo = 1, .hi = 4096},
-    {.key = "embedding_length", .int_field = &ModelConfig::n_embd, .required = true, .lo = 1, .hi = kMaxCount},
-    {.key = "feed_forward_length", .int_field = &ModelConfig::n_ff, .required = true, .lo = 1, .hi = kMaxCount},
-    {.key = "expert_feed_forward_length", .int_field = &ModelConfig::n_ff_expert, .lo = 1, .hi = kMaxCount},
-    {.key = "attention.head_count", .int_field = &ModelConfig::n_head, .required = true, .lo = 1, .hi = kMaxCount},
-    {.key = "attention.head_count_kv", .int_field = &ModelConfig::n_head_kv, .lo = 1, .hi = kMaxCount},
-    {.key = "attention.key_length", .int_field = &ModelConfig::head_dim, .lo = 1, .hi = kMaxCount},
-    {.key = "context_length", .int_field = &ModelConfig::n_ctx_train, .required = true, .lo = 1, .hi = kMaxContext},
-    {.key = "rope.dimension_count", .int_field = &ModelConfig::n_rot, .lo = 1, .hi = kMaxCount},
-    {.key = "attention.layer_norm_rms_epsilon", .float_field = &ModelConfig::rms_eps, .required = true, .lo = 0,
-     .hi = 1},
-    {.key = "rope.freq_base", .float_field = &ModelConfig::rope_freq_base, .lo = 0, .hi = 1e12, .def = 10000},
-    {.key = "rope.scale_linear", .float_field = &ModelConfig::rope_freq_scale, .lo = 0, .hi = 1e6, .def = 1,
-     .reciprocal = true},
-    {.key = "expert_count", .int_field = &ModelConfig::n_expert, .lo = 0, .hi = 1 << 16},
-    {.key = "expert_used_count", .int_field = &ModelConfig::n_expert_used, .lo = 0, .hi = 1 << 16},
-};
+constexpr SwigluFfnSlots kFfnSlots{.norm = kFfnNormSlot, .gate = kGateSlot, .up = kUpSlot, .down = kDownSlot,
+                                   .router = kRouterSlot, .exp_gate = kExpGateSlot, .exp_up = kExpUpSlot,
+                                   .exp_down = kExpDownSlot};
 
 const TensorEntry kSchema[] = {
     {.name = tn::kTokenEmbd, .unit = UnitKind::kEmbd, .slot = kTokenEmbdSlot, .shape = {Dim::kEmbd, Dim::kVocab},
@@ -81,52 +62,12 @@ const TensorEntry kSchema[] = {
 class Llama final : public Architecture {
  public:
   std::string_view name() const override { return "llama"; }
-  std::span<const HParam> hparams() const override { return kHParams; }
+  std::string_view family() const override { return "Llama 1-3, Mistral, Mixtral"; }
+  std::span<const HParam> hparams() const override { return DecoderHParams(); }
   Schema schema() const override { return kSchema; }
 
   absl::Status FinishHParams(const GgufFile& file, ModelConfig& c) const override {
-    auto key = [&](std::string_view k) { return Cat(c.arch, ".", k); };
-    if (c.n_head_kv == 0) c.n_head_kv = c.n_head;
-    if (c.head_dim == 0) {
-      if (c.n_embd % c.n_head != 0) {
-        return InvalidArgument("key '", key("attention.head_count"), "': ", c.n_head,
-                               " heads do not divide embedding_length ", c.n_embd);
-      }
-      c.head_dim = c.n_embd / c.n_head;
-    }
-    if (const GgufValue* v = file.Find(key("attention.value_length")); v && v->AsInt() != c.head_dim) {
-      return Unimplemented("key '", key("attention.value_length"), "': values of another width than the keys' (",
-                           c.head_dim, ") are not supported");
-    }
-    if (c.n_head % c.n_head_kv != 0) {
-      return InvalidArgument("key '", key("attention.head_count_kv"), "': ", c.n_head_kv,
-                             " KV heads do not divide head_count ", c.n_head);
-    }
-    if (c.n_rot == 0) c.n_rot = c.head_dim;
-    if (c.n_rot % 2 != 0 || c.n_rot > c.head_dim) {
-      return InvalidArgument("key '", key("rope.dimension_count"), "': ", c.n_rot, " must be even and at most head_dim ",
-                             c.head_dim);
-    }
-    if (c.n_ff_expert == 0) c.n_ff_expert = c.n_ff;
-    // Newer files spell linear scaling rope.scaling.type = "linear" + rope.scaling.factor. Other kinds change RoPE
-    // in ways no llama-family golden checks yet, so they are refused rather than ignored.
-    TANDEM_ASSIGN_OR_RETURN(const std::string* type, StringKey(file, key("rope.scaling.type")));
-    if (type != nullptr) {
-      if (*type == "linear") {
-        TANDEM_ASSIGN_OR_RETURN(std::optional<double> factor, FloatKey(file, key("rope.scaling.factor"), 0.0, 1e6));
-        if (factor) c.rope_freq_scale = static_cast<float>(1.0 / *factor);
-      } else if (*type != "none") {
-        return Unimplemented("key '", key("rope.scaling.type"), "': RoPE scaling '", *type, "' is not supported");
-      }
-    }
-    if (c.n_expert > 0 && (c.n_expert_used < 1 || c.n_expert_used > c.n_expert)) {
-      return InvalidArgument("key '", key("expert_used_count"), "': ", c.n_expert_used, " must be in [1, expert_count ",
-                             c.n_expert, "]");
-    }
-    if (c.n_expert == 0 && c.n_expert_used != 0) {
-      return InvalidArgument("key '", key("expert_used_count"), "': ", c.n_expert_used, " without an expert_count");
-    }
-    return absl::OkStatus();
+    return FinishDecoderHParams(file, c);
   }
 
   void Embed(Backend& be, const StepContext& s, const UnitWeights& w, Activations& act) const override {
@@ -149,23 +90,12 @@ class Llama final : public Architecture {
                    o, kv, act);
   }
 
+  // Mixtral's router (softmax, renormalised over the top k) as Qwen3-MoE's.
   void Ffn(Backend& be, const StepContext& s, const UnitWeights& w, Activations& act) const override {
     const ModelConfig& c = *s.cfg;
-    const int64_t n = s.n_live;
-    if (n == 0) return;
-    float* x = FfnNormBlock(be, s, w.layer, w[kFfnNormSlot], c.rms_eps, act);
-    if (c.is_moe()) {
-      MoeFfnBlock(be, s, w.layer,
-                  {.router = &w[kRouterSlot], .unit = &w, .gate_slot = kExpGateSlot, .up_slot = kExpUpSlot,
-                   .down_slot = kExpDownSlot},
-                  {.route = {.n_expert = c.n_expert, .k = c.n_expert_used, .gating = MoeGating::kSoftmax,
-                             .normalize = true}},
-                  n, x, act);
-    } else {
-      GatedFfnBlock(be, s, w.layer, {.gate = &w[kGateSlot], .up = &w[kUpSlot], .down = &w[kDownSlot]}, GluParams{}, n,
-                    x, act);
-    }
-    LayerOutBlock(be, s, w.layer, x);
+    SwigluFfnUnit(be, s, w, kFfnSlots,
+                  {.n_expert = c.n_expert, .k = c.n_expert_used, .gating = MoeGating::kSoftmax, .normalize = true},
+                  act);
   }
 
   void Output(Backend& be, const StepContext& s, const UnitWeights& w, int64_t first_row,

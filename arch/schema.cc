@@ -80,6 +80,7 @@ std::string_view DimName(Dim d) {
     case Dim::kKv: return "n_head_kv*head_dim";
     case Dim::kExpert: return "n_expert";
     case Dim::kRotHalf: return "n_rot/2";
+    case Dim::kHeadDim: return "head_dim";
   }
   return "?";
 }
@@ -95,6 +96,7 @@ int64_t DimValue(Dim d, const ModelConfig& c) {
     case Dim::kKv: return c.n_embd_kv();
     case Dim::kExpert: return c.n_expert;
     case Dim::kRotHalf: return c.n_rot / 2;
+    case Dim::kHeadDim: return c.head_dim;
   }
   return 0;
 }

@@ -36,6 +36,7 @@ enum class Dim : uint8_t {
   kKv,        // n_head_kv * head_dim
   kExpert,    // n_expert: the router's outputs, or a stack of experts (the last dimension)
   kRotHalf,   // n_rot / 2
+  kHeadDim,   // head_dim: a per-head norm's width
 };
 std::string_view DimName(Dim d);
 int64_t DimValue(Dim d, const ModelConfig& c);

@@ -16,6 +16,11 @@ inline constexpr std::string_view kAttnQ = "blk.{L}.attn_q.weight";
 inline constexpr std::string_view kAttnK = "blk.{L}.attn_k.weight";
 inline constexpr std::string_view kAttnV = "blk.{L}.attn_v.weight";
 inline constexpr std::string_view kAttnOutput = "blk.{L}.attn_output.weight";
+inline constexpr std::string_view kAttnQBias = "blk.{L}.attn_q.bias";
+inline constexpr std::string_view kAttnKBias = "blk.{L}.attn_k.bias";
+inline constexpr std::string_view kAttnVBias = "blk.{L}.attn_v.bias";
+inline constexpr std::string_view kAttnQNorm = "blk.{L}.attn_q_norm.weight";  // per head, over head_dim
+inline constexpr std::string_view kAttnKNorm = "blk.{L}.attn_k_norm.weight";
 
 inline constexpr std::string_view kFfnNorm = "blk.{L}.ffn_norm.weight";
 inline constexpr std::string_view kFfnGate = "blk.{L}.ffn_gate.weight";

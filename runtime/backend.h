@@ -87,7 +87,7 @@ class Backend {
   // Errors inside kernels (a failed launch, a bad argument) are sticky: TakeError() returns and clears the first
   // one, naming the trace label it happened under. The executor asks once per step.
   virtual void GetRows(const WeightMatrix& table, const int32_t* ids, int64_t n_tok, float* y) = 0;
-  // y = x / sqrt(mean(x^2) + eps) * w, per row of n (w null: no scale).
+  // y = x / sqrt(mean(x^2) + eps) * w, per row of n (w null: no scale). y may alias x (per-head norms run in place).
   virtual void RmsNorm(const float* x, const float* w, int64_t n_tok, int64_t n, float eps, float* y) = 0;
   // y[t][r] = dot(W[r], x[t]).
   virtual void MatMul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y) = 0;

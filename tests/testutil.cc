@@ -4,9 +4,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <functional>
 #include <map>
 
 #include <gtest/gtest.h>
+
+#include "core/status.h"
 #include <cstring>
 
 #include <cstdio>
@@ -93,9 +97,19 @@ std::string SynthGoldenModel(const nlohmann::json& golden) {
   static std::map<std::string, std::string> made;  // flags -> file, once per process
   const std::string flags = golden.at("tandem_synth").get<std::string>();
   if (!made.count(flags)) {
-    const std::string path = ::testing::TempDir() + "/tandem-golden-" + golden.at("model").get<std::string>();
-    const CmdResult r = RunCommand(TandemBin() + " synth " + flags + " -o " + path);
-    EXPECT_EQ(r.exit_code, 0) << r.err;
+    // CTest runs tests in parallel processes: the file is shared between them, named by the flags and the binary
+    // that writes it, and appears whole (written aside, then renamed).
+    const std::string bin = TandemBin();
+    const auto stamp = std::filesystem::last_write_time(bin).time_since_epoch().count();
+    const std::string path = Cat(::testing::TempDir(), "/tandem-golden-",
+                                 std::hash<std::string>{}(Cat(flags, "|", bin, "|", stamp)), "-",
+                                 golden.at("model").get<std::string>());
+    if (!std::filesystem::exists(path)) {
+      const std::string tmp = Cat(path, ".", getpid());
+      const CmdResult r = RunCommand(bin + " synth " + flags + " -o " + tmp);
+      EXPECT_EQ(r.exit_code, 0) << r.err;
+      std::filesystem::rename(tmp, path);
+    }
     made[flags] = path;
   }
   return made[flags];

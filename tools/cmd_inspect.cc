@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/gguf.h"
+#include "arch/arch.h"
 #include "arch/model_config.h"
 #include "arch/summary.h"
 #include "core/status.h"
@@ -96,11 +97,14 @@ std::string HumanBytes(uint64_t b) {
 }
 
 json HparamsJson(const ModelConfig& c) {
+  const Architecture* family = FindArchitecture(c.arch);
   return json{{"arch", c.arch},
+              {"family", family != nullptr ? std::string(family->family()) : ""},
               {"name", c.name},
               {"n_layer", c.n_layer},
               {"n_embd", c.n_embd},
               {"n_ff", c.n_ff},
+              {"n_ff_expert", c.is_moe() ? c.n_ff_expert : 0},
               {"n_head", c.n_head},
               {"n_head_kv", c.n_head_kv},
               {"head_dim", c.head_dim},
@@ -178,16 +182,18 @@ void PrintText(const GgufFile& f, const ModelConfig* cfg, const ModelSummary& s)
               f.path().c_str(), f.file_size(), f.version(), f.alignment(), f.data_offset());
   if (cfg) {
     const ModelConfig& c = *cfg;
-    std::printf("architecture: %s%s%s%s\n", c.arch.c_str(), c.name.empty() ? "" : " (", Printable(c.name).c_str(),
-                c.name.empty() ? "" : ")");
+    const Architecture* family = FindArchitecture(c.arch);
+    std::printf("architecture: %s, family %s%s%s%s\n", c.arch.c_str(),
+                family != nullptr ? std::string(family->family()).c_str() : "?", c.name.empty() ? "" : " (",
+                Printable(c.name).c_str(), c.name.empty() ? "" : ")");
     std::printf("hyperparameters:\n");
-    std::printf("  n_layer %d, n_embd %d, n_ff %d%s, n_vocab %d, n_ctx_train %d\n", c.n_layer, c.n_embd, c.n_ff,
-                c.is_moe() ? " (per expert)" : "", c.n_vocab, c.n_ctx_train);
+    std::printf("  n_layer %d, n_embd %d, n_ff %d, n_vocab %d, n_ctx_train %d\n", c.n_layer, c.n_embd,
+                c.is_moe() ? c.n_ff_expert : c.n_ff, c.n_vocab, c.n_ctx_train);
     std::printf("  n_head %d, n_head_kv %d, head_dim %d, n_rot %d\n", c.n_head, c.n_head_kv, c.head_dim, c.n_rot);
     std::printf("  rms_eps %g, rope_freq_base %g, rope_freq_scale %g\n", c.rms_eps, c.rope_freq_base,
                 c.rope_freq_scale);
     if (c.is_moe()) {
-      std::printf("  experts %d, used per token %d%s\n", c.n_expert, c.n_expert_used,
+      std::printf("  experts %d of width %d, used per token %d%s\n", c.n_expert, c.n_ff_expert, c.n_expert_used,
                   c.legacy_experts ? " (per-expert tensors)" : " (merged tensors)");
     } else {
       std::printf("  dense FFN (no experts)\n");

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "arch/arch.h"
 #include "core/sampler.h"
 #include "core/status.h"
 #include "graph/engine.h"
@@ -230,6 +231,9 @@ int CmdRun(std::span<const std::string> argv) {
   }
 
   RunReport r;
+  r.arch = cfg.arch;
+  if (const Architecture* a = FindArchitecture(cfg.arch)) r.family = a->family();
+  r.model_name = cfg.name;
   r.prompt_tokens = prompt;
   r.tokens = generated;
   r.text = text;

@@ -9,26 +9,42 @@
 namespace tandem::cli {
 namespace {
 
-constexpr const char* kSynthUsage = R"(usage: tandem synth --arch llama|mixtral [--layers N] [--embd D] [--ff F] [--heads H] [--kv-heads K]
-                    [--experts E] [--experts-used U] [--vocab V] [--seed S] [--zeros] [--llama3-rope]
-                    --type TYPE -o FILE
-Defaults: --arch mixtral is Mixtral-8x7B (4096 embd, 32/8 heads, 14336 ff, 8 experts top-2, 32000 vocab, 32 layers);
---arch llama is Llama-2-7B. TYPE: F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K (norms and the router stay F32).
+constexpr const char* kSynthUsage = R"(usage: tandem synth --arch SHAPE [--layers N] [--embd D] [--ff F] [--expert-ff F] [--heads H]
+                    [--kv-heads K] [--head-dim D] [--experts E] [--experts-used U] [--vocab V] [--vocab-file F]
+                    [--seed S] [--zeros] [--llama3-rope] --type TYPE -o FILE
+SHAPE is a family's default or a named real shape (--shape is the same flag):
+  mixtral  = mixtral-8x7b     llama    = llama-2-7b       llama3   = llama-3.1-8b    (also llama-3.1-70b,
+  qwen2    = qwen2.5-7b       qwen3    = qwen3-8b         qwen3moe = qwen3-30b-a3b   llama-3.2-1b, qwen3-235b-a22b)
+The other flags override the shape. Llama 3 and Qwen shapes write their family's real vocabulary (built by
+tools/make_vocab_gguf.py into the build's vocab/ folder; --vocab-file or TANDEM_VOCAB_DIR point elsewhere), so a
+synthetic file tokenizes as the real model does; the others a SentencePiece filler vocab of --vocab pieces.
+TYPE: F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K, or the mixes Q4_K_M and Q5_K_M: each matrix typed as llama.cpp's
+quantizer types it (a Q6_K output head, Q6_K attention values and FFN down projections in some layers, ...).
+Norms, biases and the router stay F32.
 --zeros leaves every weight zero, as holes in a sparse file: instant and free on disk, for `tandem plan`.
 --llama3-rope writes rope_freqs.weight, Llama 3.1's RoPE scaling (factor 8, low 1, high 4, original context 8192)
-as llama.cpp's converter writes it.
+as llama.cpp's converter writes it (the Llama 3 shapes have it already).
 )";
+
+std::string ShapeNames() {
+  std::string s;
+  for (const SynthShape& sh : SynthShapes()) {
+    s += Cat(s.empty() ? "" : ", ", sh.alias.empty() ? "" : Cat(sh.alias, "|"), sh.name);
+  }
+  return s;
+}
 
 }  // namespace
 
 int CmdSynth(std::span<const std::string> argv) {
-  // The architecture picks the defaults, so find it first.
-  std::string arch = "mixtral";
+  // The shape picks the defaults, so find it first.
+  std::string shape = "mixtral";
   for (size_t i = 0; i + 1 < argv.size(); ++i) {
-    if (argv[i] == "--arch") arch = argv[i + 1];
+    if (argv[i] == "--arch" || argv[i] == "--shape") shape = argv[i + 1];
   }
-  if (arch != "llama" && arch != "mixtral") return Fail("--arch must be llama or mixtral, got '" + arch + "'");
-  SynthOptions o = SynthDefaults(arch);
+  const SynthShape* preset = FindSynthShape(shape);
+  if (preset == nullptr) return Fail("--arch: unknown shape '" + shape + "' (one of " + ShapeNames() + ")");
+  SynthOptions o = preset->options;
   bool have_type = false;
   ArgReader args(argv);
   while (!args.Done()) {
@@ -42,7 +58,7 @@ int CmdSynth(std::span<const std::string> argv) {
       continue;
     }
     if (flag == "--llama3-rope") {
-      o.llama3_rope = true;
+      o.llama3_rope_factor = 8;
       continue;
     }
     absl::StatusOr<std::string> v = args.Value(flag);
@@ -57,7 +73,7 @@ int CmdSynth(std::span<const std::string> argv) {
       return true;
     };
     bool ok = true;
-    if (flag == "--arch") {
+    if (flag == "--arch" || flag == "--shape") {
       continue;
     } else if (flag == "--layers") {
       ok = as_int(1, 1024, &o.n_layer);
@@ -65,22 +81,33 @@ int CmdSynth(std::span<const std::string> argv) {
       ok = as_int(1, 1 << 20, &o.n_embd);
     } else if (flag == "--ff") {
       ok = as_int(1, 1 << 22, &o.n_ff);
+    } else if (flag == "--expert-ff") {
+      ok = as_int(1, 1 << 22, &o.n_ff_expert);
     } else if (flag == "--heads") {
       ok = as_int(1, 4096, &o.n_head);
     } else if (flag == "--kv-heads") {
       ok = as_int(1, 4096, &o.n_head_kv);
+    } else if (flag == "--head-dim") {
+      ok = as_int(2, 4096, &o.head_dim);
     } else if (flag == "--experts") {
       ok = as_int(1, 1024, &o.n_expert);
     } else if (flag == "--experts-used") {
       ok = as_int(1, 1024, &o.n_expert_used);
     } else if (flag == "--vocab") {
+      if (!o.vocab.empty()) {
+        return Fail(Cat("--vocab: shape ", o.shape, " writes the real '", o.vocab, "' vocabulary of ", o.n_vocab,
+                        " tokens"));
+      }
       ok = as_int(259, 1 << 22, &o.n_vocab);
+    } else if (flag == "--vocab-file") {
+      o.vocab_file = *v;
     } else if (flag == "--seed") {
       int s = 0;
       ok = as_int(0, 1 << 30, &s);
       o.seed = static_cast<uint64_t>(s);
     } else if (flag == "--type") {
-      const std::optional<DType> t = DTypeFromName(*v);
+      o.mix = QuantMixFromName(*v);
+      const std::optional<DType> t = o.mix ? DType::kQ4_K : DTypeFromName(*v);
       if (!t) return Fail("--type: unknown type '" + *v + "'");
       o.type = *t;
       have_type = true;
@@ -92,6 +119,10 @@ int CmdSynth(std::span<const std::string> argv) {
     if (!ok) return 1;
   }
   if (!have_type) return Fail("synth needs --type (e.g. Q4_0)");
+  if ((o.n_expert > 0) != (preset->options.n_expert > 0)) {
+    return Fail(Cat("synth: shape ", o.shape, " is ", preset->options.n_expert > 0 ? "an MoE" : "a dense",
+                    " model; --experts cannot change that"));
+  }
   if (absl::Status st = WriteSyntheticModel(o); !st.ok()) return Fail(st);
   return 0;
 }

@@ -143,6 +143,14 @@ for budget in "" "--vram-budget 1GiB"; do
   say "tandem bench mixtral-2L-Q4_K --device cuda $budget"
   timeout "$(budget 420)" "$bin/tandem" bench -m "$mix2" -p 512 -n 64 -r 3 --device cuda $budget -o md 2>&1 | tee -a "$e2e_log"
 done
+# The same on a 2-layer Qwen3-30B-A3B-shaped Q4_K_M file (128 experts, top-8; the pack carries its vocabulary).
+if [ -f "$pack/vocab/qwen3.gguf" ]; then
+  q2="${TMPDIR:-/tmp}/tandem-qwen3moe2-q4km.gguf"
+  TANDEM_VOCAB_DIR="$pack/vocab" "$bin/tandem" synth --arch qwen3moe --layers 2 --type Q4_K_M -o "$q2" 2>&1 |
+    tee -a "$e2e_log"
+  say "tandem bench qwen3moe-2L-Q4_K_M --device cuda"
+  timeout "$(budget 300)" "$bin/tandem" bench -m "$q2" -p 512 -n 64 -r 3 --device cuda -o md 2>&1 | tee -a "$e2e_log"
+fi
 if [ "${GPU_CHECK_FULL:-0}" = 1 ]; then
   mix32="${TMPDIR:-/tmp}/tandem-mix32-q4k.gguf"
   "$bin/tandem" synth --arch mixtral --layers 32 --type Q4_K -o "$mix32" 2>&1 | tee -a "$e2e_log"

@@ -39,6 +39,9 @@ fi
 rm -rf "$pack"
 mkdir -p "$pack/bin" "$pack/lib/fallback"
 cp "$tree/tandem" "$tree/bench/gpu_bench" "$pack/bin/"
+# The Qwen3 vocabulary (6 MiB), so that `synth --arch qwen3moe` works there (the build writes it, vocab/).
+cmake --build "$tree" --target tandem_vocab >/dev/null 2>&1 || true
+if [ -f "$tree/vocab/qwen3.gguf" ]; then mkdir -p "$pack/vocab" && cp "$tree/vocab/qwen3.gguf" "$pack/vocab/"; fi
 for t in "${tests[@]}"; do cp "$tree/tests/$t" "$pack/bin/"; done
 strip --strip-unneeded "$pack"/bin/*
 

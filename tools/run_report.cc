@@ -28,6 +28,7 @@ nlohmann::json RunReportJson(const RunReport& r) {
   const double gen_tps = PerSecond(static_cast<double>(r.n_decoded), r.decode_ms);
   const uint64_t gen = r.tokens.size();
   nlohmann::json j = {
+      {"model", {{"arch", r.arch}, {"family", r.family}, {"name", r.model_name}}},
       {"prompt_tokens", r.prompt_tokens},
       {"tokens", r.tokens},
       {"text", r.text},
@@ -53,6 +54,8 @@ std::string RunReportSummary(const RunReport& r) {
   const double gen_tps = PerSecond(static_cast<double>(r.n_decoded), r.decode_ms);
   const uint64_t per_tok = r.stats.decode_tokens > 0 ? r.stats.pcie_bytes_decode / r.stats.decode_tokens : 0;
   std::string s;
+  s += Cat("model: ", r.model_name.empty() ? "(unnamed)" : r.model_name, ", architecture ", r.arch, " (", r.family,
+           ")\n");
   s += Cat("prompt: ", r.prompt_tokens.size(), " tokens in ", absl::StrFormat("%.1f", r.prompt_ms), " ms (",
            absl::StrFormat("%.1f", prompt_tps), " t/s)\n");
   s += Cat("generated: ", r.tokens.size(), " tokens, decode ", absl::StrFormat("%.1f", gen_tps), " t/s",

@@ -13,6 +13,9 @@
 namespace tandem::cli {
 
 struct RunReport {
+  std::string arch;        // general.architecture
+  std::string family;      // its module's family, for people
+  std::string model_name;  // general.name
   std::vector<int32_t> prompt_tokens;
   std::vector<int32_t> tokens;  // generated
   std::string text;             // generated text

@@ -3,7 +3,10 @@
 #include <omp.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <functional>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "arch/arch.h"
@@ -103,67 +106,154 @@ void AddVocab(std::vector<GgufKV>& kv, int n_vocab) {
   kv.push_back({"tokenizer.ggml.unknown_token_id", GgufU32(0)});
 }
 
+// The tokenizer keys of a real vocabulary's vocab-only GGUF, its token arrays padded to n_vocab as llama.cpp's
+// converter pads them ("[PAD<id>]", unused), ids from vocab_keep on padded too.
+absl::Status AddRealVocab(std::vector<GgufKV>& kv, const SynthOptions& o) {
+  std::string path = o.vocab_file;
+  if (path.empty()) {
+    const char* dir = std::getenv("TANDEM_VOCAB_DIR");
+    path = Cat(dir != nullptr ? dir : TANDEM_VOCAB_DIR, "/", o.vocab, ".gguf");
+  }
+  absl::StatusOr<std::unique_ptr<GgufFile>> file = GgufFile::Open(path);
+  if (!file.ok()) {
+    return FailedPrecondition("synth --arch ", o.shape, " writes the real '", o.vocab, "' vocabulary, read from ", path, ": ",
+                    file.status().message(), " (tools/make_vocab_gguf.py --out DIR builds it; the build puts it in ",
+                    TANDEM_VOCAB_DIR, "; --vocab-file or TANDEM_VOCAB_DIR point elsewhere)");
+  }
+  const GgufValue* tokens = (*file)->Find("tokenizer.ggml.tokens");
+  if (tokens == nullptr || tokens->AsArray() == nullptr) return InvalidArgument(path, ": no tokenizer.ggml.tokens");
+  const size_t n_file = tokens->AsArray()->items.size();
+  const size_t keep = o.vocab_keep > 0 ? static_cast<size_t>(o.vocab_keep) : n_file;
+  if (keep > n_file || keep > static_cast<size_t>(o.n_vocab)) {
+    return InvalidArgument("synth: the vocabulary in ", path, " has ", n_file, " tokens, the shape keeps ", keep,
+                           " of them in ", o.n_vocab);
+  }
+  for (const GgufKV& k : (*file)->metadata()) {
+    if (!k.key.starts_with("tokenizer.")) continue;
+    GgufValue v = k.value;
+    const bool per_token = k.key == "tokenizer.ggml.tokens" || k.key == "tokenizer.ggml.token_type" ||
+                           k.key == "tokenizer.ggml.scores";
+    if (per_token && v.AsArray() != nullptr) {
+      std::vector<GgufValue> items = v.AsArray()->items;
+      const GgufType elem = v.AsArray()->elem_type;
+      items.resize(keep);
+      for (size_t id = keep; id < static_cast<size_t>(o.n_vocab); ++id) {
+        items.push_back(k.key == "tokenizer.ggml.tokens"       ? GgufStr(Cat("[PAD", id, "]"))
+                        : k.key == "tokenizer.ggml.token_type" ? GgufI32(5)
+                                                               : GgufF32(0));
+      }
+      v = GgufArr(elem, std::move(items));
+    } else if (k.key.ends_with("_token_id") && v.AsInt() && *v.AsInt() >= static_cast<int64_t>(keep)) {
+      continue;  // a special token the smaller vocabulary lacks
+    }
+    kv.push_back({k.key, std::move(v)});
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
-SynthOptions SynthDefaults(const std::string& arch) {
-  SynthOptions o;
-  o.arch = arch;
-  if (arch == "llama") {  // Llama-2-7B
-    o.n_ff = 11008;
-    o.n_head_kv = 32;
-    o.n_expert = 0;
-    o.n_expert_used = 0;
-    o.n_ctx = 4096;
-    o.rope_freq_base = 10000.0f;
+// Real shapes, from the models' config.json files. The Llama 3 ones carry Llama 3's RoPE scaling (factor 8 for 3.1,
+// 32 for 3.2); Qwen2.5 keeps the 151665 tokens it has of the Qwen3 vocabulary and pads to its 152064 rows.
+const SynthShape kShapes[] = {
+    {"mixtral-8x7b", "mixtral",
+     {.shape = "mixtral-8x7b", .arch = "llama", .n_layer = 32, .n_embd = 4096, .n_ff = 14336, .n_ff_expert = 14336,
+      .n_head = 32, .n_head_kv = 8, .n_expert = 8, .n_expert_used = 2, .n_vocab = 32000, .n_ctx = 32768,
+      .rope_freq_base = 1e6f}},
+    {"llama-2-7b", "llama",
+     {.shape = "llama-2-7b", .arch = "llama", .n_layer = 32, .n_embd = 4096, .n_ff = 11008, .n_head = 32,
+      .n_head_kv = 32, .n_vocab = 32000, .n_ctx = 4096, .rope_freq_base = 1e4f}},
+    {"llama-3.1-8b", "llama3",
+     {.shape = "llama-3.1-8b", .arch = "llama", .n_layer = 32, .n_embd = 4096, .n_ff = 14336, .n_head = 32,
+      .n_head_kv = 8, .n_vocab = 128256, .n_ctx = 131072, .rope_freq_base = 5e5f, .llama3_rope_factor = 8,
+      .vocab = "llama3"}},
+    {"llama-3.1-70b", "",
+     {.shape = "llama-3.1-70b", .arch = "llama", .n_layer = 80, .n_embd = 8192, .n_ff = 28672, .n_head = 64,
+      .n_head_kv = 8, .n_vocab = 128256, .n_ctx = 131072, .rope_freq_base = 5e5f, .llama3_rope_factor = 8,
+      .vocab = "llama3"}},
+    {"llama-3.2-1b", "",
+     {.shape = "llama-3.2-1b", .arch = "llama", .n_layer = 16, .n_embd = 2048, .n_ff = 8192, .n_head = 32,
+      .n_head_kv = 8, .head_dim = 64, .n_vocab = 128256, .n_ctx = 131072, .rope_freq_base = 5e5f,
+      .llama3_rope_factor = 32, .tied_output = true, .vocab = "llama3"}},
+    {"qwen2.5-7b", "qwen2",
+     {.shape = "qwen2.5-7b", .arch = "qwen2", .n_layer = 28, .n_embd = 3584, .n_ff = 18944, .n_head = 28,
+      .n_head_kv = 4, .head_dim = 128, .n_vocab = 152064, .n_ctx = 32768, .rope_freq_base = 1e6f, .rms_eps = 1e-6f,
+      .vocab = "qwen3", .vocab_keep = 151665}},
+    {"qwen3-8b", "qwen3",
+     {.shape = "qwen3-8b", .arch = "qwen3", .n_layer = 36, .n_embd = 4096, .n_ff = 12288, .n_head = 32,
+      .n_head_kv = 8, .head_dim = 128, .n_vocab = 151936, .n_ctx = 40960, .rope_freq_base = 1e6f, .rms_eps = 1e-6f,
+      .vocab = "qwen3"}},
+    {"qwen3-30b-a3b", "qwen3moe",
+     {.shape = "qwen3-30b-a3b", .arch = "qwen3moe", .n_layer = 48, .n_embd = 2048, .n_ff = 6144, .n_ff_expert = 768,
+      .n_head = 32, .n_head_kv = 4, .head_dim = 128, .n_expert = 128, .n_expert_used = 8, .n_vocab = 151936,
+      .n_ctx = 40960, .rope_freq_base = 1e6f, .rms_eps = 1e-6f, .vocab = "qwen3"}},
+    {"qwen3-235b-a22b", "",
+     {.shape = "qwen3-235b-a22b", .arch = "qwen3moe", .n_layer = 94, .n_embd = 4096, .n_ff = 12288,
+      .n_ff_expert = 1536, .n_head = 64, .n_head_kv = 4, .head_dim = 128, .n_expert = 128, .n_expert_used = 8,
+      .n_vocab = 151936, .n_ctx = 40960, .rope_freq_base = 1e6f, .rms_eps = 1e-6f, .vocab = "qwen3"}},
+};
+
+std::span<const SynthShape> SynthShapes() { return kShapes; }
+
+const SynthShape* FindSynthShape(std::string_view name) {
+  for (const SynthShape& s : kShapes) {
+    if (s.name == name || (!s.alias.empty() && s.alias == name)) return &s;
   }
-  return o;
+  return nullptr;
 }
 
 absl::Status WriteSyntheticModel(const SynthOptions& o) {
-  if (o.arch != "llama" && o.arch != "mixtral") return InvalidArgument("--arch must be llama or mixtral");
+  const Architecture* family = FindArchitecture(o.arch);
+  if (family == nullptr) return InvalidArgument("synth: no architecture module '", o.arch, "'");
   if (o.output.empty()) return InvalidArgument("synth needs -o FILE");
-  if (o.n_layer < 1 || o.n_embd < 1 || o.n_ff < 1 || o.n_head < 1 || o.n_head_kv < 1 || o.n_vocab < 259) {
+  const int head_dim = o.head_dim > 0 ? o.head_dim : o.n_head > 0 ? o.n_embd / o.n_head : 0;
+  if (o.n_layer < 1 || o.n_embd < 1 || o.n_ff < 1 || o.n_head < 1 || o.n_head_kv < 1 || head_dim < 1 ||
+      (o.vocab.empty() && o.n_vocab < 259)) {
     return InvalidArgument("synth: layers, sizes and heads must be positive and the vocab at least 259");
   }
-  if (o.n_embd % o.n_head != 0 || o.n_head % o.n_head_kv != 0) {
+  if ((o.head_dim == 0 && o.n_embd % o.n_head != 0) || o.n_head % o.n_head_kv != 0) {
     return InvalidArgument("synth: --embd ", o.n_embd, " must divide by --heads ", o.n_head,
-                           ", which must divide by --kv-heads ", o.n_head_kv);
+                           " (or give --head-dim), which must divide by --kv-heads ", o.n_head_kv);
   }
-  const bool moe = o.arch == "mixtral";
-  if (moe && (o.n_expert < 1 || o.n_expert_used < 1 || o.n_expert_used > o.n_expert)) {
+  const bool moe = o.n_expert > 0;
+  if (moe && (o.n_expert_used < 1 || o.n_expert_used > o.n_expert)) {
     return InvalidArgument("synth: need 1 <= --experts-used <= --experts");
   }
   if (!CanQuantize(o.type)) return InvalidArgument("synth cannot write type ", DTypeName(o.type));
-  const int64_t block = Traits(o.type).block_elems;
-  if (o.n_embd % block != 0 || o.n_ff % block != 0) {
-    return InvalidArgument("synth: --embd and --ff must be multiples of ", block, " for ", DTypeName(o.type));
+  // A mix picks each matrix's type and falls back where a block does not divide a row, as llama.cpp does.
+  const int64_t block = o.mix ? 1 : Traits(o.type).block_elems;
+  const int n_ff_expert = moe ? (o.n_ff_expert > 0 ? o.n_ff_expert : o.n_ff) : 0;
+  if (o.n_embd % block != 0 || o.n_ff % block != 0 || n_ff_expert % block != 0 ||
+      (static_cast<int64_t>(o.n_head) * head_dim) % block != 0) {
+    return InvalidArgument("synth: --embd, --ff, --expert-ff and heads * head_dim must be multiples of ", block,
+                           " for ", DTypeName(o.type));
   }
 
   // The model as its family sees it; the family's keys and schema say what the file holds.
-  const Architecture& arch = *FindArchitecture("llama");  // Mixtral files are llama-family files with experts
+  const Architecture& arch = *family;
   ModelConfig c;
   c.arch = std::string(arch.name());
   c.n_layer = o.n_layer;
   c.n_embd = o.n_embd;
   c.n_ff = o.n_ff;
-  c.n_ff_expert = moe ? o.n_ff : 0;
+  c.n_ff_expert = n_ff_expert;
   c.n_head = o.n_head;
   c.n_head_kv = o.n_head_kv;
-  c.head_dim = o.n_embd / o.n_head;
+  c.head_dim = head_dim;
   c.n_rot = c.head_dim;
   c.n_ctx_train = o.n_ctx;
   c.n_vocab = o.n_vocab;
   c.n_expert = moe ? o.n_expert : 0;
   c.n_expert_used = moe ? o.n_expert_used : 0;
-  c.rms_eps = 1e-5f;
+  c.rms_eps = o.rms_eps;
   c.rope_freq_base = o.rope_freq_base;
-
   std::vector<GgufKV> kv;
-  const uint32_t file_type = o.type == DType::kF32 ? 0 : o.type == DType::kF16 ? 1 : o.type == DType::kQ4_0 ? 2
+  const uint32_t file_type = o.mix ? QuantMixFileType(*o.mix) : o.type == DType::kF32 ? 0 : o.type == DType::kF16 ? 1 : o.type == DType::kQ4_0 ? 2
                            : o.type == DType::kQ8_0 ? 7 : o.type == DType::kQ4_K ? 15 : o.type == DType::kQ5_K ? 17
                            : o.type == DType::kQ6_K ? 18 : o.type == DType::kBF16 ? 32 : 0;
   kv.push_back({"general.architecture", GgufStr(c.arch)});
-  kv.push_back({"general.name", GgufStr(Cat("tandem-synth-", o.arch, "-", o.n_layer, "L-", DTypeName(o.type)))});
+  kv.push_back({"general.name", GgufStr(Cat("tandem-synth-", o.shape, "-", o.n_layer, "L-",
+                                            o.mix ? QuantMixName(*o.mix) : DTypeName(o.type)))});
   kv.push_back({"general.file_type", GgufU32(file_type)});
   kv.push_back({"general.quantization_version", GgufU32(2)});
   for (const HParam& p : arch.hparams()) {
@@ -172,20 +262,34 @@ absl::Status WriteSyntheticModel(const SynthOptions& o) {
     const std::string key = Cat(c.arch, ".", p.key);
     kv.push_back({key, p.int_field != nullptr ? GgufU32(static_cast<uint32_t>(v)) : GgufF32(static_cast<float>(v))});
   }
+  // Values as wide as keys: llama.cpp reads their width apart and defaults it to n_embd / n_head.
+  kv.push_back({Cat(c.arch, ".attention.value_length"), GgufU32(static_cast<uint32_t>(c.head_dim))});
   kv.push_back({Cat(c.arch, ".vocab_size"), GgufU32(o.n_vocab)});
-  AddVocab(kv, o.n_vocab);
+  if (o.vocab.empty()) {
+    AddVocab(kv, o.n_vocab);
+  } else {
+    TANDEM_RETURN_IF_ERROR(AddRealVocab(kv, o));
+  }
 
-  // Every tensor the schema wants, the head untied, in unit order: embeddings, each layer's, the output's. The
-  // RoPE factors when asked for: Llama 3.1's scaling, computed as the converter computes them.
+  // Every tensor the schema wants, in unit order: embeddings, each layer's, the output's; the head unless tied. The
+  // RoPE factors when asked for: Llama 3's scaling (low 1, high 4, original context 8192), computed as the
+  // converter computes them.
+  const bool llama3_rope = o.llama3_rope_factor > 0;
   const std::vector<float> rope_factors =
-      o.llama3_rope ? Llama3RopeFreqFactors(c.n_rot, c.rope_freq_base, 8.0f, 1.0f, 4.0f, 8192) : std::vector<float>();
+      llama3_rope ? Llama3RopeFreqFactors(c.n_rot, c.rope_freq_base, o.llama3_rope_factor, 1.0f, 4.0f, 8192)
+                  : std::vector<float>();
   std::vector<TensorSpec> specs;
   auto add = [&](const TensorEntry& e, int layer) {
-    const bool extra = e.role == TensorRole::kRopeFactors && o.llama3_rope;
-    if (!EntryWanted(e, c) && e.fallback.empty() && !extra) return;
+    const bool extra = e.role == TensorRole::kRopeFactors && llama3_rope;
+    if (!EntryWanted(e, c) && (e.fallback.empty() || o.tied_output) && !extra) return;
     TensorSpec t{.name = TensorName(e.name, layer), .n_dims = e.n_dims, .ne = {1, 1, 1, 1},
                  .type = e.role == TensorRole::kMatrix ? o.type : DType::kF32, .role = e.role};
     for (int d = 0; d < e.n_dims; ++d) t.ne[d] = DimValue(e.shape[d], c);
+    if (o.mix && e.role == TensorRole::kMatrix) {
+      t.type = QuantMixType(*o.mix, {.name = t.name, .layer = layer, .n_layer = c.n_layer, .n_expert = c.n_expert,
+                                     .n_head = c.n_head, .n_head_kv = c.n_head_kv, .row_elems = t.ne[0],
+                                     .n_dims = e.n_dims, .arch = c.arch, .tied_output = o.tied_output});
+    }
     specs.push_back(std::move(t));
   };
   for (const TensorEntry& e : arch.schema()) {

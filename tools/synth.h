@@ -1,35 +1,56 @@
-// Random-weight GGUF files of real model shapes, for benchmarks that need no download.
+// Random-weight GGUF files of real model shapes, for benchmarks and goldens that need no download.
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <span>
 #include <string>
 
 #include "absl/status/status.h"
 #include "core/dtype.h"
+#include "tools/quant_mix.h"
 
 namespace tandem::cli {
 
 struct SynthOptions {
-  std::string arch = "mixtral";  // llama | mixtral
+  std::string shape = "mixtral-8x7b";  // the preset the fields below started from (SynthShapes)
+  std::string arch = "llama";  // general.architecture: the module whose keys and schema the file follows
   int n_layer = 32;
   int n_embd = 4096;
-  int n_ff = 14336;      // per expert for mixtral
+  int n_ff = 14336;          // the dense FFN's width
+  int n_ff_expert = 0;       // one expert's width; 0 = dense
   int n_head = 32;
   int n_head_kv = 8;
-  int n_expert = 8;      // mixtral only
-  int n_expert_used = 2;
+  int head_dim = 0;          // 0 = n_embd / n_head
+  int n_expert = 0;          // 0 = dense
+  int n_expert_used = 0;
   int n_vocab = 32000;
   int n_ctx = 32768;
   float rope_freq_base = 1e6f;
-  DType type = DType::kQ4_0;  // matrices; norms and the router stay F32
+  float rms_eps = 1e-5f;
+  float llama3_rope_factor = 0;  // > 0: rope_freqs.weight with Llama 3's frequency factors for this factor
+  bool tied_output = false;      // no output.weight: the head reuses the token embeddings
+  // The real vocabulary written into the file ("llama3", "qwen3": a vocab-only GGUF that tools/make_vocab_gguf.py
+  // builds), or "" for a SentencePiece filler vocab of n_vocab pieces. Ids from vocab_keep on become padding.
+  std::string vocab;
+  int vocab_keep = 0;        // 0 = every token of the vocabulary file
+  std::string vocab_file;    // overrides where the vocabulary is read from
+  DType type = DType::kQ4_0;  // matrices; norms, biases and the router stay F32
+  std::optional<QuantMix> mix;  // a llama.cpp type mix such as Q4_K_M: each matrix's type by its rule, not `type`
   uint64_t seed = 1;
   bool zeros = false;    // all-zero weights left as file holes: instant, for plan and load tests
-  bool llama3_rope = false;  // rope_freqs.weight with Llama 3.1's frequency factors
   std::string output;
 };
 
-// Defaults of Mixtral-8x7B (arch "mixtral") or Llama-2-7B (arch "llama"); the caller then applies overrides.
-SynthOptions SynthDefaults(const std::string& arch);
+// A named real model shape: its family, widths and vocabulary.
+struct SynthShape {
+  std::string_view name;   // "llama-3.1-8b"
+  std::string_view alias;  // the --arch name it is the default of, or ""
+  SynthOptions options;
+};
+std::span<const SynthShape> SynthShapes();
+// The preset for a shape name or an --arch alias, or null.
+const SynthShape* FindSynthShape(std::string_view name);
 
 // Writes the file, generating and quantizing each tensor just before it is written (memory stays at one tensor).
 absl::Status WriteSyntheticModel(const SynthOptions& o);

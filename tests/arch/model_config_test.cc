@@ -7,6 +7,7 @@
 #include <cmath>
 #include <functional>
 
+#include "arch/arch.h"
 #include "arch/summary.h"
 #include "core/status.h"
 #include "tests/core/tiny_gguf.h"
@@ -289,6 +290,29 @@ TEST(ModelConfig, MixedExpertLayoutsAreRejected) {
   absl::StatusOr<ModelConfig> c = LoadTiny(m);
   ASSERT_FALSE(c.ok());
   EXPECT_NE(Message(c.status()).find("mixes"), std::string::npos) << c.status();
+}
+
+}  // namespace
+}  // namespace tandem
+
+namespace tandem {
+namespace {
+
+// A family tandem has no module for is refused in one line that lists the ones it has, with their models.
+TEST(ModelConfig, UnsupportedFamilyListsTheSupportedOnes) {
+  TinyModel m = MakeTinyModel();
+  m.SetKey("general.architecture", GgufStr("gemma3"));
+  absl::StatusOr<ModelConfig> cfg = LoadTiny(m);
+  ASSERT_FALSE(cfg.ok());
+  const std::string msg = Message(cfg.status());
+  EXPECT_EQ(msg.find('\n'), std::string::npos);
+  EXPECT_NE(msg.find("'gemma3' is not supported"), std::string::npos) << msg;
+  for (const Architecture* a : Architectures()) {
+    EXPECT_NE(msg.find(Cat("'", a->name(), "' (", a->family(), ")")), std::string::npos) << msg;
+  }
+  for (const char* family : {"'llama'", "'qwen2'", "'qwen3'", "'qwen3moe'"}) {
+    EXPECT_NE(msg.find(family), std::string::npos) << msg;
+  }
 }
 
 }  // namespace

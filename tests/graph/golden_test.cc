@@ -59,6 +59,16 @@ const GoldenCase kCases[] = {
     // golden's JSON says; without the factors the logits sit 1.3e-5 from llama.cpp's. Exact math was not measured
     // for it: the bound stands in.
     {"synth-llama3-rope", "", 1e-10, 32, 1e-10},
+    // The other families, as `tandem synth` writes them with their real vocabularies (the prompt's tokens are
+    // checked against llama.cpp's too): Llama 3.1 (rope_freqs, BPE), Qwen2.5 (q/k/v biases), Qwen3 (per-head q/k
+    // norms), Qwen3-MoE (128 experts, top-8 renormalised), each at F32, and the Q4_K_M mix for Llama 3.1 and
+    // Qwen3-MoE. Logits of the last prompt position only. Exact math was not measured: the bounds stand in.
+    {"synth-llama3", "", 1e-10, 32, 1e-10},
+    {"synth-qwen2", "", 1e-10, 32, 1e-10},
+    {"synth-qwen3", "", 1e-10, 32, 1e-10},
+    {"synth-qwen3moe", "", 1e-10, 32, 1e-10},
+    {"synth-llama3-Q4_K_M", "", 3e-4, 4, 1e-3},
+    {"synth-qwen3moe-Q4_K_M", "", 5e-4, 2, 5e-3},
 };
 
 class GoldenTest : public ::testing::TestWithParam<GoldenCase> {};
@@ -94,6 +104,13 @@ TEST_P(GoldenTest, MatchesLlamaCpp) {
   std::vector<float> logits(prompt.size() * n_vocab);
   test::Poison(logits);
   ASSERT_TRUE(e.Prefill(prompt, 0, /*all_logits=*/true, logits.data()).ok());
+  // Goldens of real-size vocabularies keep the logits of the last positions only (logits_positions).
+  const std::vector<float> all_logits = logits;
+  logits.clear();
+  for (int64_t p : g["logits_positions"].get<std::vector<int64_t>>()) {
+    ASSERT_LT(p, static_cast<int64_t>(prompt.size()));
+    logits.insert(logits.end(), all_logits.begin() + p * n_vocab, all_logits.begin() + (p + 1) * n_vocab);
+  }
   ASSERT_EQ(logits.size(), want_logits.size());
   const bool slower_path = std::getenv("TANDEM_ISA") != nullptr;
   const double nmse = test::Nmse(logits, want_logits);
