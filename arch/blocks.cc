@@ -1,11 +1,21 @@
 #include "arch/blocks.h"
 
+#include <cmath>
 #include <span>
 
 namespace tandem {
 
 void EmbedBlock(Backend& be, const StepContext& s, const WeightMatrix& token_embd, Activations& act) {
   be.GetRows(token_embd, act.ids, s.n_tok, act.x);      s.Named(be, act.x, s.n_tok * s.cfg->n_embd, "inp_embd", -1);
+}
+
+AttentionOptions DecoderAttentionOptions(const ModelConfig& c, RopeMode mode, const float* freq_factors) {
+  return AttentionOptions{
+      .norm_eps = c.rms_eps,
+      .rope = {.n_head = c.n_head, .head_dim = c.head_dim, .n_rot = c.n_rot, .mode = mode,
+               .freq_base = c.rope_freq_base, .freq_scale = c.rope_freq_scale, .freq_factors = freq_factors},
+      .attn = {.n_head = c.n_head, .n_head_kv = c.n_head_kv, .head_dim = c.head_dim,
+               .scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim))}};
 }
 
 void AttentionBlock(Backend& be, const StepContext& s, int il, const AttentionWeights& w, const AttentionOptions& o,

@@ -31,6 +31,10 @@ struct AttentionOptions {
   RopeParams rope;           // for the queries; the keys' differs only in n_head = n_head_kv
   AttentionParams attn;
 };
+// The usual options of a decoder family's attention: RMSNorm with the model's epsilon, RoPE in `mode` over n_rot
+// dims (with per-pair frequency factors, or null), scaled dot products over grouped KV heads.
+AttentionOptions DecoderAttentionOptions(const ModelConfig& c, RopeMode mode, const float* freq_factors = nullptr);
+
 // x += wo(attention(rope(wq norm(x)), cache + rope(wk norm(x)), wv norm(x))), the cache taking every token. With
 // biases, each projection adds its own; with q_norm/k_norm, each head of q and k is RMS-normed before RoPE.
 void AttentionBlock(Backend& be, const StepContext& s, int il, const AttentionWeights& w, const AttentionOptions& o,

@@ -1,8 +1,6 @@
 // The llama family: Llama 1/2, Mistral, and Mixtral as Llama plus MoE (the same general.architecture). Pre-norm
 // RMSNorm blocks, RoPE in NORM mode (with Llama 3.1's frequency factors when the file has them), grouped-query
 // attention, a SwiGLU FFN, or a softmax top-k router over SwiGLU experts.
-#include <cmath>
-
 #include "arch/arch.h"
 #include "arch/blocks.h"
 #include "arch/decoder.h"
@@ -76,18 +74,10 @@ class Llama final : public Architecture {
 
   void Attention(Backend& be, const StepContext& s, const UnitWeights& w, const KvLayer& kv,
                  Activations& act) const override {
-    const ModelConfig& c = *s.cfg;
-    const AttentionOptions o{
-        .norm_eps = c.rms_eps,
-        .rope = {.n_head = c.n_head, .head_dim = c.head_dim, .n_rot = c.n_rot, .mode = RopeMode::kNorm,
-                 .freq_base = c.rope_freq_base, .freq_scale = c.rope_freq_scale,
-                 .freq_factors = w.vec(kRopeFreqsSlot)},
-        .attn = {.n_head = c.n_head, .n_head_kv = c.n_head_kv, .head_dim = c.head_dim,
-                 .scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim))}};
     AttentionBlock(be, s, w.layer,
                    {.norm = &w[kAttnNormSlot], .wq = &w[kWqSlot], .wk = &w[kWkSlot], .wv = &w[kWvSlot],
                     .wo = &w[kWoSlot]},
-                   o, kv, act);
+                   DecoderAttentionOptions(*s.cfg, RopeMode::kNorm, w.vec(kRopeFreqsSlot)), kv, act);
   }
 
   // Mixtral's router (softmax, renormalised over the top k) as Qwen3-MoE's.

@@ -2,7 +2,6 @@
 // head instead) and Qwen3-MoE ("qwen3moe": Qwen3's attention, a softmax top-k router over SwiGLU experts whose
 // weights are renormalised over the chosen k, and no shared expert). All rotate in NEOX mode (pairs i and
 // i + n_rot/2) where Llama pairs neighbours, and may tie the output head to the token embeddings.
-#include <cmath>
 #include <string>
 #include <vector>
 
@@ -110,18 +109,11 @@ class Qwen final : public Architecture {
 
   void Attention(Backend& be, const StepContext& s, const UnitWeights& w, const KvLayer& kv,
                  Activations& act) const override {
-    const ModelConfig& c = *s.cfg;
-    const AttentionOptions o{
-        .norm_eps = c.rms_eps,
-        .rope = {.n_head = c.n_head, .head_dim = c.head_dim, .n_rot = c.n_rot, .mode = RopeMode::kNeox,
-                 .freq_base = c.rope_freq_base, .freq_scale = c.rope_freq_scale},
-        .attn = {.n_head = c.n_head, .n_head_kv = c.n_head_kv, .head_dim = c.head_dim,
-                 .scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim))}};
     AttentionBlock(be, s, w.layer,
                    {.norm = &w[kAttnNormSlot], .wq = &w[kWqSlot], .wk = &w[kWkSlot], .wv = &w[kWvSlot],
                     .wo = &w[kWoSlot], .bq = w.vec(kBqSlot), .bk = w.vec(kBkSlot), .bv = w.vec(kBvSlot),
                     .q_norm = w.vec(kQNormSlot), .k_norm = w.vec(kKNormSlot)},
-                   o, kv, act);
+                   DecoderAttentionOptions(*s.cfg, RopeMode::kNeox), kv, act);
   }
 
   // Qwen3-MoE's router: softmax, the top k renormalised (norm_topk_prob), as Mixtral's.

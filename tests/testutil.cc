@@ -116,3 +116,30 @@ std::string SynthGoldenModel(const nlohmann::json& golden) {
 }
 
 }  // namespace tandem::test
+
+namespace tandem::test {
+
+std::string EscapeBytes(std::string_view s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (c >= 0x20 && c < 0x7f && c != '\\') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02X", c);
+      out += buf;
+    }
+  }
+  return out;
+}
+
+std::string DescribeTokens(const Tokenizer& tok, const std::vector<int32_t>& ids) {
+  std::string out = "[";
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int32_t id = ids[i];
+    out += Cat(i ? ", " : "", id, id >= 0 && id < tok.n_vocab() ? Cat(":'", EscapeBytes(tok.RawPiece(id)), "'") : ":?");
+  }
+  return out + "]";
+}
+
+}  // namespace tandem::test

@@ -6,8 +6,10 @@
 #include <limits>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "core/tokenizer.h"
 #include "nlohmann/json.hpp"
 
 namespace tandem::test {
@@ -38,6 +40,11 @@ std::vector<float> RandomNormal(size_t n, uint64_t seed, float scale = 1.0f);
 // The model of a golden whose JSON holds "tandem_synth" (the flags): written once per process into a temporary
 // folder, and its path returned.
 std::string SynthGoldenModel(const nlohmann::json& golden);
+
+// Bytes outside printable ASCII as \xNN, so a failure shows exactly what was tokenized.
+std::string EscapeBytes(std::string_view s);
+// "[id:'piece', ...]" of a token list (ids out of the vocabulary as "id:?").
+std::string DescribeTokens(const Tokenizer& tok, const std::vector<int32_t>& ids);
 
 // Runs a command, returns exit status; stdout and stderr captured.
 struct CmdResult {

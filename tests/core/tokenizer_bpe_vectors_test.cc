@@ -8,14 +8,12 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <cstdio>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "absl/strings/escaping.h"
-#include "absl/strings/str_join.h"
 #include "core/gguf.h"
 #include "core/status.h"
 #include "core/tokenizer.h"
@@ -43,28 +41,8 @@ std::unique_ptr<Tokenizer> Load(const std::string& file) {
   return std::move(tok).value();
 }
 
-// Bytes outside printable ASCII as \xNN, so failures show exactly what was tokenized.
-std::string Escape(std::string_view s) {
-  std::string out;
-  for (unsigned char c : s) {
-    if (c >= 0x20 && c < 0x7f && c != '\\') {
-      out.push_back(static_cast<char>(c));
-    } else {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02X", c);
-      out += buf;
-    }
-  }
-  return out;
-}
-
-std::string Describe(const Tokenizer& tok, const std::vector<int32_t>& ids) {
-  std::vector<std::string> parts;
-  for (int32_t id : ids) {
-    parts.push_back(id >= 0 && id < tok.n_vocab() ? Cat(id, ":'", Escape(tok.RawPiece(id)), "'") : Cat(id, ":?"));
-  }
-  return Cat("[", absl::StrJoin(parts, ", "), "]");
-}
+using test::DescribeTokens;
+using test::EscapeBytes;
 
 std::string CaseText(const nlohmann::json& c) {
   if (c.contains("text_b64")) {
@@ -98,8 +76,8 @@ void CheckVectors(const std::string& vectors_json) {
       ++matched;
       continue;
     }
-    ADD_FAILURE() << vocab << (parse_special ? " parse_special" : "") << " text \"" << Escape(text)
-                  << "\"\n  want (" << follow << ") " << Describe(*tok, want) << "\n  got  " << Describe(*tok, got);
+    ADD_FAILURE() << vocab << (parse_special ? " parse_special" : "") << " text \"" << EscapeBytes(text)
+                  << "\"\n  want (" << follow << ") " << DescribeTokens(*tok, want) << "\n  got  " << DescribeTokens(*tok, got);
   }
   EXPECT_GT(total, 0);
   EXPECT_EQ(matched, total) << vocab << ": " << matched << " of " << total << " cases match";

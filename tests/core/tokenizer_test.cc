@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "core/gguf.h"
 #include "core/status.h"
@@ -42,26 +41,8 @@ std::unique_ptr<Tokenizer> LoadTokenizer(const std::string& path) {
   return std::move(tok).value();
 }
 
-// Bytes outside printable ASCII as \xNN, so failures show exactly what was tokenized.
-std::string Escape(std::string_view s) {
-  std::string out;
-  for (unsigned char c : s) {
-    if (c >= 0x20 && c < 0x7f && c != '\\') {
-      out.push_back(static_cast<char>(c));
-    } else {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02X", c);
-      out += buf;
-    }
-  }
-  return out;
-}
-
-std::string Describe(const Tokenizer& tok, const std::vector<int32_t>& ids) {
-  std::vector<std::string> parts;
-  for (int32_t id : ids) parts.push_back(Cat(id, ":'", Escape(tok.RawPiece(id)), "'"));
-  return Cat("[", absl::StrJoin(parts, ", "), "]");
-}
+using test::DescribeTokens;
+using test::EscapeBytes;
 
 // Counts matches and reports each mismatch with the text, both id lists and their pieces.
 struct Tally {
@@ -74,8 +55,8 @@ struct Tally {
       ++matched;
       return;
     }
-    ADD_FAILURE() << label << " text \"" << Escape(text) << "\"\n  want " << Describe(tok, want) << "\n  got  "
-                  << Describe(tok, got);
+    ADD_FAILURE() << label << " text \"" << EscapeBytes(text) << "\"\n  want " << DescribeTokens(tok, want) << "\n  got  "
+                  << DescribeTokens(tok, got);
   }
 };
 
