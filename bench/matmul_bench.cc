@@ -208,9 +208,9 @@ int main(int argc, char** argv) {
     for (const bool packed : layouts) {
       const bool pack = packed && tandem::cpu::CanRepack(gguf_view);
       const size_t w_bytes = pack ? tandem::cpu::PackedBytes(gguf_view) : w.size();
-      std::vector<std::unique_ptr<uint8_t, decltype(&std::free)>> copies;
+      std::vector<std::unique_ptr<uint8_t, tandem::cpu::HostBlockDeleter>> copies;
       for (size_t i = 0; i < n_copies; ++i) {
-        copies.emplace_back(static_cast<uint8_t*>(tandem::cpu::AllocHostBlock(w_bytes)), &std::free);
+        copies.emplace_back(static_cast<uint8_t*>(tandem::cpu::AllocHostBlock(w_bytes)));
         if (copies.back() == nullptr) {
           std::fprintf(stderr, "out of memory for %zu copies of %zu bytes\n", n_copies, w_bytes);
           return 1;

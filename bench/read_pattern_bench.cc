@@ -126,10 +126,7 @@ const Pattern kPatterns[] = {
     {"8 MiB guided, 4 runs, 256-bit", GuidedRuns<8 * kMiB, 4, false>},
 };
 
-struct FreeBlock {
-  void operator()(uint8_t* p) const { std::free(p); }
-};
-using Block = std::unique_ptr<uint8_t, FreeBlock>;
+using Block = std::unique_ptr<uint8_t, tandem::cpu::HostBlockDeleter>;
 
 // On the backend's weight pages, first touched by the threads that read them.
 Block Touched(size_t bytes) {

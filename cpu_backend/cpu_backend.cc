@@ -17,15 +17,6 @@
 namespace tandem {
 namespace {
 
-constexpr size_t kAlignment = 64;  // a cache line, and the widest vector load
-
-void* AlignedHostAlloc(size_t bytes) {
-  // aligned_alloc wants a multiple of the alignment, and a zero-byte request still gets a distinct pointer.
-  const size_t rounded = std::max(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
-  if (rounded >= cpu::kHugePage) return cpu::AllocHostBlock(rounded);  // weights and large buffers
-  return std::aligned_alloc(kAlignment, rounded);
-}
-
 // Weight types whose matmul scratch the workspace must cover.
 constexpr DType kMatMulTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ4_0, DType::kQ4_1,
                                   DType::kQ5_0, DType::kQ5_1, DType::kQ8_0, DType::kQ2_K, DType::kQ3_K,
@@ -39,7 +30,7 @@ class CpuBackend final : public CpuBackendApi {
   }
 
   ~CpuBackend() override {
-    for (auto& [p, bytes] : allocations_) std::free(p);
+    for (auto& [p, bytes] : allocations_) cpu::FreeHostBlock(p);
   }
 
   std::string_view name() const override { return "CPU"; }
@@ -53,7 +44,7 @@ class CpuBackend final : public CpuBackendApi {
       return ResourceExhausted("CPU: cannot allocate ", what, ": ", bytes, " bytes requested, ", in_use_,
                                " of ", capacity_, " bytes in use");
     }
-    void* p = AlignedHostAlloc(bytes);
+    void* p = cpu::AllocHostBlock(bytes);
     if (p == nullptr) return ResourceExhausted("CPU: out of host memory allocating ", what, " (", bytes, " bytes)");
     allocations_[p] = bytes;
     in_use_ += bytes;
@@ -68,7 +59,7 @@ class CpuBackend final : public CpuBackendApi {
     TANDEM_CHECK(it != allocations_.end());  // freeing memory this backend did not hand out is a bug
     in_use_ -= it->second;
     allocations_.erase(it);
-    std::free(p);
+    cpu::FreeHostBlock(p);
   }
 
   size_t capacity() const override { return capacity_; }
@@ -82,11 +73,11 @@ class CpuBackend final : public CpuBackendApi {
   }
 
   absl::StatusOr<void*> AllocHostPinned(size_t bytes) override {
-    void* p = AlignedHostAlloc(bytes);
+    void* p = cpu::AllocHostBlock(bytes);
     if (p == nullptr) return ResourceExhausted("CPU: out of host memory allocating ", bytes, " pinned bytes");
     return p;
   }
-  void FreeHostPinned(void* p) override { std::free(p); }
+  void FreeHostPinned(void* p) override { cpu::FreeHostBlock(p); }
 
   absl::StatusOr<WeightMatrix> PrepareMatMulWeights(const WeightMatrix& m, std::string_view what) override {
     if (!repack_ || !cpu::CanRepack(m)) return m;

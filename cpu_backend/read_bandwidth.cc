@@ -52,7 +52,7 @@ ReadBandwidthProbe::ReadBandwidthProbe(size_t bytes) : bytes_(std::max(bytes / k
   for (int64_t i = 0; i < static_cast<int64_t>(bytes_ / 4096); ++i) std::memset(buf_ + i * 4096, i & 0xFF, 4096);
 }
 
-ReadBandwidthProbe::~ReadBandwidthProbe() { std::free(buf_); }
+ReadBandwidthProbe::~ReadBandwidthProbe() { FreeHostBlock(buf_); }
 
 size_t ReadBandwidthProbe::SliceBytes(size_t slice) const {
   const size_t total_chunks = bytes_ / kChunk;
