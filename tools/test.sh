@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh machine: installs and builds what is missing, runs every CTest test, then a
-# bounded libFuzzer run over the GGUF reader (FUZZ_SECONDS, default 60; 0 skips it).
+# bounded libFuzzer run over the GGUF reader and one over the tokenizers (FUZZ_SECONDS each, default 60; 0 skips
+# them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/bootstrap.sh
@@ -18,8 +19,10 @@ fuzz_seconds="${FUZZ_SECONDS:-60}"
 if [ "$fuzz_seconds" -gt 0 ] && [ -f tests/fuzz/CMakeLists.txt ]; then
   CC=clang CXX=clang++ cmake -S . -B build-fuzz -DTANDEM_FUZZ=ON -DTANDEM_TESTS=OFF -DTANDEM_CUDA=OFF \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-  cmake --build build-fuzz --target gguf_fuzz -j"$(nproc)" >/dev/null
-  mkdir -p build-fuzz/corpus
+  cmake --build build-fuzz --target gguf_fuzz tokenizer_fuzz -j"$(nproc)" >/dev/null
+  mkdir -p build-fuzz/corpus build-fuzz/corpus-tok
   build-fuzz/tests/fuzz/gguf_fuzz -max_total_time="$fuzz_seconds" -rss_limit_mb=2048 -print_final_stats=1 \
     build-fuzz/corpus tests/fuzz/seeds 2>&1 | tail -n 15
+  build-fuzz/tests/fuzz/tokenizer_fuzz -max_total_time="$fuzz_seconds" -rss_limit_mb=2048 -max_len=4096 \
+    -print_final_stats=1 build-fuzz/corpus-tok tests/fuzz/tokenizer_seeds 2>&1 | tail -n 15
 fi
