@@ -17,6 +17,8 @@ declare -A FLAGS=(
   [synth-qwen3]="--arch qwen3 --layers 2 --embd 64 --ff 128 --heads 4 --kv-heads 2 --head-dim 32 --type F32"
   [synth-qwen3moe]="--arch qwen3moe --layers 2 --embd 64 --ff 128 --expert-ff 32 --heads 4 --kv-heads 2 --head-dim 32 --type F32"
   [synth-llama3-Q4_K_M]="--arch llama3 --layers 2 --embd 256 --ff 512 --heads 4 --kv-heads 2 --type Q4_K_M"
+  [synth-qwen2-Q4_K_M]="--arch qwen2 --layers 2 --embd 256 --ff 512 --heads 4 --kv-heads 2 --head-dim 64 --type Q4_K_M"
+  [synth-qwen3-Q4_K_M]="--arch qwen3 --layers 2 --embd 256 --ff 512 --heads 4 --kv-heads 2 --head-dim 64 --type Q4_K_M"
   [synth-qwen3moe-Q4_K_M]="--arch qwen3moe --layers 2 --embd 256 --ff 512 --expert-ff 256 --heads 4 --kv-heads 2 --head-dim 64 --type Q4_K_M"
 )
 names=("$@")

@@ -61,13 +61,15 @@ const GoldenCase kCases[] = {
     {"synth-llama3-rope", "", 1e-10, 32, 1e-10},
     // The other families, as `tandem synth` writes them with their real vocabularies (the prompt's tokens are
     // checked against llama.cpp's too): Llama 3.1 (rope_freqs, BPE), Qwen2.5 (q/k/v biases), Qwen3 (per-head q/k
-    // norms), Qwen3-MoE (128 experts, top-8 renormalised), each at F32, and the Q4_K_M mix for Llama 3.1 and
-    // Qwen3-MoE. Logits of the last prompt position only. Exact math was not measured: the bounds stand in.
+    // norms), Qwen3-MoE (128 experts, top-8 renormalised), each at F32 and in the Q4_K_M mix. Logits of the last
+    // prompt position only. Exact math was not measured: the bounds stand in.
     {"synth-llama3", "", 1e-10, 32, 1e-10},
     {"synth-qwen2", "", 1e-10, 32, 1e-10},
     {"synth-qwen3", "", 1e-10, 32, 1e-10},
     {"synth-qwen3moe", "", 1e-10, 32, 1e-10},
     {"synth-llama3-Q4_K_M", "", 3e-4, 4, 1e-3},
+    {"synth-qwen2-Q4_K_M", "", 3e-4, 4, 1e-3},
+    {"synth-qwen3-Q4_K_M", "", 3e-4, 4, 1e-3},
     {"synth-qwen3moe-Q4_K_M", "", 5e-4, 2, 5e-3},
 };
 
