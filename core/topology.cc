@@ -84,6 +84,9 @@ Topology::~Topology() {
 
 absl::Status Topology::Extract() {
   n_packages_ = hwloc_get_nbobjs_by_type(topo_, HWLOC_OBJ_PACKAGE);
+  if (hwloc_obj_t pkg = hwloc_get_obj_by_type(topo_, HWLOC_OBJ_PACKAGE, 0); pkg != nullptr) {
+    if (const char* model = hwloc_obj_get_info_by_name(pkg, "CPUModel"); model != nullptr) cpu_model_ = model;
+  }
   std::map<hwloc_obj_t, size_t> node_index;
   for (hwloc_obj_t n = nullptr; (n = hwloc_get_next_obj_by_type(topo_, HWLOC_OBJ_NUMANODE, n)) != nullptr;) {
     TopoNumaNode node;

@@ -43,6 +43,8 @@ class Topology {
   int n_cores() const;
   int n_pus() const;
   uint64_t total_memory() const;
+  // The first package's CPU model as the system names it ("AMD EPYC 9654 96-Core Processor"); empty when unknown.
+  const std::string& cpu_model() const { return cpu_model_; }
   // True for the host: only then do binding calls reach the kernel.
   bool is_this_system() const { return this_system_; }
   const std::string& source() const { return source_; }  // "host", "synthetic:<desc>" or "xml:<path>"
@@ -62,6 +64,7 @@ class Topology {
   std::string source_;
   bool this_system_ = false;
   int n_packages_ = 0;
+  std::string cpu_model_;
   std::vector<TopoNumaNode> nodes_;
 };
 

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <array>
 #include <climits>
+#include <cstdio>
 #include <cmath>
 #include <memory>
 #include <mutex>
@@ -88,6 +89,7 @@ class CudaBackend final : public Backend {
   }
 
   std::string_view name() const override { return name_; }
+  std::string Describe() const override { return description_; }
   bool host_memory() const override { return false; }
 
   bool Supports(Op op, DType weight_type) const override { return CudaSupports(op, weight_type); }
@@ -252,6 +254,7 @@ class CudaBackend final : public Backend {
   bool initialized_ = false;
   int device_ = 0;
   std::string name_;
+  std::string description_;  // Describe(): model, memory, driver, PCI address
   int sm_count_ = 1;
   int quant_matvec_max_tokens_ = kDefaultQuantMatVecTokens;
   int float_matvec_max_tokens_ = kDefaultFloatMatVecTokens;
@@ -296,6 +299,12 @@ absl::Status CudaBackend::Init(const CudaOptions& options) {
   cudaDeviceProp prop;
   TANDEM_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, device_), "cudaGetDeviceProperties");
   name_ = Cat("cuda:", device_, " (", prop.name, ", sm_", prop.major, prop.minor, ")");
+  int driver = 0;
+  (void)cudaDriverGetVersion(&driver);
+  char bus[32];
+  std::snprintf(bus, sizeof bus, "%04x:%02x:%02x.0", prop.pciDomainID, prop.pciBusID, prop.pciDeviceID);
+  description_ = Cat(prop.name, ", sm_", prop.major, prop.minor, ", ", prop.totalGlobalMem >> 20, " MiB, driver ",
+                     driver / 1000, ".", driver % 1000 / 10, ", PCI ", bus);
   sm_count_ = std::max(1, prop.multiProcessorCount);
   TANDEM_CUDA_RETURN_IF_ERROR(cudaFree(nullptr), "creating the CUDA context");
   initialized_ = true;  // from here on the destructor cleans up

@@ -7,14 +7,22 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
+#include <iterator>
+#include <string>
+#include <utility>
+#include <vector>
 #include <functional>
 #include <memory>
 #include <random>
 
 #include "core/quant.h"
 #include "core/status.h"
+#include "cpu_backend/host_block.h"
 #include "cpu_backend/kernels.h"
+#include "cpu_backend/read_bandwidth.h"
 #include "cpu_backend/repack.h"
+#include "graph/measure.h"
 
 namespace tandem {
 namespace {
@@ -28,50 +36,97 @@ struct Sizes {
   int64_t gemm_tokens = 128;
   int64_t attn_ctx = 2048;
   int attn_tokens = 32;
-  double min_seconds = 0.2;  // per measurement
+  double min_seconds = 0.1;  // per trial
   int min_reps = 3;
+  int trials = 5;            // per figure (graph/measure.h)
   int overhead_calls = 2000;
 };
 
 Sizes SizesFor(bool quick) {
   Sizes s;
-  if (quick) {
-    s.gemv_bytes = 4ull << 20;
+  if (quick) {  // the GEMV's weights stay beyond the caches: a quick rate must still be memory's, not cache's
     s.gemm_rows = 256;
     s.gemm_tokens = 32;
     s.attn_ctx = 256;
     s.attn_tokens = 8;
     s.min_seconds = 0.01;
     s.min_reps = 1;
+    s.trials = 3;
     s.overhead_calls = 200;
   }
   return s;
 }
+
+std::string UtcNow() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+double Seconds(Clock::time_point begin) { return std::chrono::duration<double>(Clock::now() - begin).count(); }
 
 // Median seconds of fn over at least min_reps runs and min_seconds in total, after one warm-up run.
 double TimeIt(const Sizes& sz, const std::function<void()>& fn) {
   fn();
   std::vector<double> t;
   const auto begin = Clock::now();
-  while (static_cast<int>(t.size()) < sz.min_reps ||
-         std::chrono::duration<double>(Clock::now() - begin).count() < sz.min_seconds) {
+  while (static_cast<int>(t.size()) < sz.min_reps || Seconds(begin) < sz.min_seconds) {
     const auto s = Clock::now();
     fn();
-    t.push_back(std::chrono::duration<double>(Clock::now() - s).count());
+    t.push_back(Seconds(s));
     if (t.size() >= 1000) break;
   }
   std::sort(t.begin(), t.end());
   return std::max(t[t.size() / 2], 1e-9);
 }
 
-struct FreeDeleter {
-  void operator()(void* p) const { std::free(p); }
-};
-using HostBuf = std::unique_ptr<uint8_t, FreeDeleter>;
+// A GEMV's bytes may come faster than the streaming probe's fastest read by this much at most (the margin covers
+// what still differs between two timings; the probe reads a buffer the size of the GEMV's weights, whole, as the
+// GEMV reads them, so both meet the same cache reuse).
+constexpr double kGemvOverProbe = 1.25;
+// A GEMM may reach this share of the ISA's peak at most (the peak below is already a generous one).
+constexpr double kGemmOverPeak = 1.25;
 
-HostBuf HostAlloc(size_t bytes) {
-  return HostBuf(static_cast<uint8_t*>(std::aligned_alloc(64, std::max<size_t>(64, (bytes + 63) / 64 * 64))));
+// One core's clock: a chain of dependent adds retires one add per cycle on every x86 core of the last decade.
+// The fastest of many short tries (about a millisecond each, inside one scheduler slice), so that a busy machine
+// cannot lower it.
+double MeasureClockGhz() {
+  constexpr int64_t kLoops = 250'000;  // x 8 adds
+  double best = 0;
+  for (int attempt = 0; attempt < 30; ++attempt) {
+    uint64_t x = 0;
+    const auto begin = Clock::now();
+    for (int64_t i = 0; i < kLoops; ++i) {
+      asm volatile("add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\t"
+                   "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0"
+                   : "+r"(x));
+    }
+    best = std::max(best, static_cast<double>(x) / Seconds(begin) / 1e9);
+  }
+  return best;
 }
+
+// Multiply-adds a core can start per cycle, counted as two operations each, for the widest kernels an ISA level
+// runs (int8 dot products over two 512-bit ports for AVX-512): an upper bound, not a prediction.
+double PeakOpsPerCycle(cpu::Isa isa) {
+  switch (isa) {
+    case cpu::Isa::kAvx512:
+      return 256;
+    case cpu::Isa::kAvx2:
+      return 128;
+    case cpu::Isa::kScalar:
+      break;
+  }
+  return 64;  // compilers vectorize the scalar paths too
+}
+
+// On the pages the CPU backend computes from (huge pages where allowed).
+using HostBuf = std::unique_ptr<uint8_t, cpu::HostBlockDeleter>;
+
+HostBuf HostAlloc(size_t bytes) { return HostBuf(static_cast<uint8_t*>(cpu::AllocHostBlock(bytes))); }
 
 std::vector<float> Random(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -106,42 +161,162 @@ std::vector<DType> TypesToMeasure(const CalibrateOptions& opts) {
   return types;
 }
 
+// A weight matrix for timing one-token products: about sz.gemv_bytes of `type`, repacked when the CPU backend
+// would repack it. gemv reads all of it; the GGUF bytes it stands for are row_bytes * rows.
+struct GemvMatrix {
+  HostBuf file_rows;
+  HostBuf packed;
+  WeightMatrix gemv;
+  size_t gguf_bytes = 0;
+};
+
+absl::StatusOr<GemvMatrix> MakeGemvMatrix(const Sizes& sz, DType type, bool repack) {
+  GemvMatrix m;
+  const size_t row_bytes = RowBytes(type, sz.cols);
+  // Whole groups of 16 rows, so the matrix can be repacked as a model's would be.
+  const int64_t wanted = std::max<int64_t>(sz.gemm_rows, static_cast<int64_t>(sz.gemv_bytes / row_bytes));
+  const int64_t rows = wanted / cpu::kPackRows * cpu::kPackRows;
+  TANDEM_ASSIGN_OR_RETURN(m.file_rows, SyntheticMatrix(type, rows, sz.cols));
+  m.gemv = WeightMatrix{type, m.file_rows.get(), rows, sz.cols, row_bytes};
+  m.gguf_bytes = row_bytes * static_cast<size_t>(rows);
+  // Measured in the layout the CPU backend will compute with: the repacked one where it repacks. The bytes a
+  // decoded token reads are the same in both (GB/s counts the GGUF bytes).
+  if (repack && cpu::CanRepack(m.gemv)) {
+    m.packed = HostAlloc(cpu::PackedBytes(m.gemv));
+    if (!m.packed) return ResourceExhausted("calibrate: out of memory repacking a ", rows, "x", sz.cols, " matrix");
+    m.gemv = cpu::Repack(m.gemv, m.packed.get());
+  }
+  return m;
+}
+
+// The memory's read roof as the probe has seen it so far: its fastest read. A busy machine only slows reads down
+// (two OpenMP teams on the same cores slow each other by up to 10x), so the fastest is the nearest to what memory
+// can give, and an honest GEMV trial taken in a quiet moment is not refused for a probe read in a busy one.
+struct ReadRoof {
+  cpu::ReadBandwidthProbe* probe = nullptr;
+  double best_gbps = 0;
+  double Read() { return best_gbps = std::max(best_gbps, probe->Run()); }
+};
+
+// One trial of a GEMV's GB/s, each product preceded by a read of the probe (a buffer of the same size, read whole
+// as the GEMV reads its weights, so that both meet the same cache reuse), bounded by the roof.
+Trial GemvTrial(const Sizes& sz, const GemvMatrix& m, ReadRoof& roof, const float* x, float* y, void* scratch) {
+  double gemv_s = 0;
+  int reps = 0;
+  const auto begin = Clock::now();
+  while (reps < sz.min_reps || Seconds(begin) < sz.min_seconds) {
+    roof.Read();
+    const auto s = Clock::now();
+    cpu::MatMul(m.gemv, x, 1, y, scratch);
+    gemv_s += Seconds(s);
+    if (++reps >= 1000) break;
+  }
+  return Trial{.value = static_cast<double>(m.gguf_bytes) * reps / gemv_s / 1e9,
+               .upper = roof.best_gbps * kGemvOverProbe};
+}
+
+MeasureOptions GemvFigure(const Sizes& sz, std::string what) {
+  return {.what = std::move(what), .unit = "GB/s", .bound_reason = "the fastest memory read alongside",
+          .trials = sz.trials};
+}
+
 }  // namespace
+
+absl::StatusOr<KernelSettings> MeasureKernelSettings(const CalibrateOptions& opts) {
+  if (opts.n_threads > 0) omp_set_num_threads(opts.n_threads);
+  Sizes sz = SizesFor(false);  // weights beyond the caches, or the prefetch is not what is measured
+  sz.min_seconds = opts.quick ? 0.02 : 0.05;
+  const int rounds = opts.quick ? 3 : 7;
+  const DType type = DType::kQ4_K;  // the most common type of decode's bytes (Q4_K_M files)
+  TANDEM_ASSIGN_OR_RETURN(const GemvMatrix m, MakeGemvMatrix(sz, type, ResolveRepack(opts.repack)));
+  const std::vector<float> x = Random(static_cast<size_t>(sz.cols), 29);
+  std::vector<float> y(static_cast<size_t>(m.gemv.rows));
+  HostBuf scratch = HostAlloc(cpu::MatMulScratchBytes(type, sz.cols, 1));
+  const size_t before = cpu::DecodePrefetchBytes();
+  constexpr size_t kCandidates[] = {0, 2048, 4096};
+  std::vector<double> gbps[std::size(kCandidates)];
+  // Round after round, every candidate once, so that all of them meet the host's swings alike.
+  for (int r = 0; r < rounds; ++r) {
+    for (size_t c = 0; c < std::size(kCandidates); ++c) {
+      cpu::SetDecodePrefetchBytes(kCandidates[c]);
+      const double t = TimeIt(sz, [&] { cpu::MatMul(m.gemv, x.data(), 1, y.data(), scratch.get()); });
+      gbps[c].push_back(static_cast<double>(m.gguf_bytes) / t / 1e9);
+    }
+  }
+  cpu::SetDecodePrefetchBytes(before);
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  // No prefetch unless a distance is clearly faster: a 3 % win is within what two rounds differ by.
+  KernelSettings k{.decode_prefetch_bytes = 0, .decode_prefetch_gain = 1};
+  const double none = median(gbps[0]);
+  for (size_t c = 1; c < std::size(kCandidates); ++c) {
+    const double gain = median(gbps[c]) / none;
+    if (gain > 1.03 && gain > k.decode_prefetch_gain) {
+      k.decode_prefetch_bytes = static_cast<int64_t>(kCandidates[c]);
+      k.decode_prefetch_gain = gain;
+    }
+  }
+  return k;
+}
 
 absl::StatusOr<MachineProfile> CalibrateCpu(const CalibrateOptions& opts) {
   if (opts.n_threads > 0) omp_set_num_threads(opts.n_threads);
   const Sizes sz = SizesFor(opts.quick);
   MachineProfile p = DefaultProfile(false);
   p.device = "cpu";
+  p.kind = opts.quick ? ProfileKind::kQuick : ProfileKind::kFull;
+  p.measured_at = UtcNow();
+  p.host = ThisHost();
   p.n_threads = omp_get_max_threads();
   p.cpu_gemv_gbps.clear();
   p.cpu_gemm_gflops.clear();
 
+  // Kernel settings first, so that the rates below are those of the kernels as they will run.
+  TANDEM_ASSIGN_OR_RETURN(const KernelSettings k, MeasureKernelSettings(opts));
+  p.cpu_decode_prefetch_bytes = k.decode_prefetch_bytes;
+  p.cpu_decode_prefetch_gain = k.decode_prefetch_gain;
+  ApplyKernelSettings(p);
+
+  // The GEMMs' bound: every core the threads run on at the measured clock, at the ISA's widest rate.
+  p.cpu_clock_ghz = MeasureClockGhz();
+  const int cores = std::max(1, std::min(p.n_threads, p.host.n_cores > 0 ? p.host.n_cores : p.n_threads));
+  const double peak_gflops = cores * p.cpu_clock_ghz * PeakOpsPerCycle(cpu::ActiveIsa()) * kGemmOverPeak;
+  auto peak_trial = [&](double value) { return Trial{.value = value, .upper = peak_gflops}; };
+  auto gemm_figure = [&](std::string what) {
+    return MeasureOptions{.what = std::move(what), .unit = "GFLOP/s",
+                          .bound_reason = Cat("the peak of ", cores, " cores at ", p.cpu_clock_ghz, " GHz"),
+                          .trials = sz.trials};
+  };
+
   const std::vector<float> x = Random(static_cast<size_t>(sz.cols * sz.gemm_tokens), 11);
   const bool repack = ResolveRepack(opts.repack);
+  // A buffer the size of one GEMV's weights (they are all about sz.gemv_bytes), read a few times up front.
+  cpu::ReadBandwidthProbe probe(sz.gemv_bytes);
+  ReadRoof roof{.probe = &probe};
+  for (int i = 0; i < 2 * sz.trials; ++i) roof.Read();
   for (DType type : TypesToMeasure(opts)) {
-    const size_t row_bytes = RowBytes(type, sz.cols);
-    // Whole groups of 16 rows, so the matrix can be repacked as a model's would be.
-    const int64_t wanted = std::max<int64_t>(sz.gemm_rows, static_cast<int64_t>(sz.gemv_bytes / row_bytes));
-    const int64_t rows = wanted / cpu::kPackRows * cpu::kPackRows;
-    TANDEM_ASSIGN_OR_RETURN(HostBuf w, SyntheticMatrix(type, rows, sz.cols));
-    std::vector<float> y(static_cast<size_t>(rows * sz.gemm_tokens));
+    const std::string name(DTypeName(type));
+    TANDEM_ASSIGN_OR_RETURN(const GemvMatrix m, MakeGemvMatrix(sz, type, repack));
+    std::vector<float> y(static_cast<size_t>(m.gemv.rows * sz.gemm_tokens));
     HostBuf scratch = HostAlloc(cpu::MatMulScratchBytes(type, sz.cols, sz.gemm_tokens));
-    WeightMatrix gemv{type, w.get(), rows, sz.cols, row_bytes};
-    WeightMatrix gemm{type, w.get(), sz.gemm_rows, sz.cols, row_bytes};
-    // Measured in the layout the CPU backend will compute with: the repacked one where it repacks. The bytes a
-    // decoded token reads are the same in both (GB/s counts the GGUF bytes).
-    HostBuf packed;
-    if (repack && cpu::CanRepack(gemv)) {
-      packed = HostAlloc(cpu::PackedBytes(gemv));
-      gemv = cpu::Repack(gemv, packed.get());
-      gemm = gemv;
-      gemm.rows = sz.gemm_rows;  // the first groups of the same copy
-    }
-    const double t1 = TimeIt(sz, [&] { cpu::MatMul(gemv, x.data(), 1, y.data(), scratch.get()); });
-    p.cpu_gemv_gbps[type] = static_cast<double>(row_bytes) * rows / t1 / 1e9;
-    const double tn = TimeIt(sz, [&] { cpu::MatMul(gemm, x.data(), sz.gemm_tokens, y.data(), scratch.get()); });
-    p.cpu_gemm_gflops[type] = 2.0 * sz.gemm_rows * sz.cols * sz.gemm_tokens / tn / 1e9;
+    cpu::MatMul(m.gemv, x.data(), 1, y.data(), scratch.get());  // warm-up
+    TANDEM_ASSIGN_OR_RETURN(const Figure gemv, MeasureFigure(GemvFigure(sz, name + " GEMV"), [&] {
+                              return GemvTrial(sz, m, roof, x.data(), y.data(), scratch.get());
+                            }));
+    p.cpu_gemv_gbps[type] = gemv.median;
+    p.cpu_gemv_spread[type] = gemv.spread;
+
+    WeightMatrix gemm = m.gemv;
+    gemm.rows = sz.gemm_rows;  // the first groups (rows) of the same copy
+    const double flops = 2.0 * sz.gemm_rows * sz.cols * sz.gemm_tokens;
+    TANDEM_ASSIGN_OR_RETURN(const Figure gemm_fig, MeasureFigure(gemm_figure(name + " GEMM"), [&] {
+      return peak_trial(
+          flops / TimeIt(sz, [&] { cpu::MatMul(gemm, x.data(), sz.gemm_tokens, y.data(), scratch.get()); }) / 1e9);
+    }));
+    p.cpu_gemm_gflops[type] = gemm_fig.median;
+    p.cpu_gemm_spread[type] = gemm_fig.spread;
   }
 
   {  // Attention over an F16 cache, Mixtral-like heads.
@@ -156,11 +331,15 @@ absl::StatusOr<MachineProfile> CalibrateCpu(const CalibrateOptions& opts) {
     const AttentionParams ap{n_head, n_head_kv, head_dim, 1.0f / std::sqrt(static_cast<float>(head_dim))};
     HostBuf scratch = HostAlloc(cpu::AttentionScratchBytes(sz.attn_ctx, n_head, omp_get_max_threads()));
     const int64_t pos0 = sz.attn_ctx - sz.attn_tokens;
-    const double t = TimeIt(sz, [&] {
-      cpu::Attention(q.data(), kv, sz.attn_tokens, pos0, ap, out.data(), scratch.get());
-    });
     const double avg_ctx = pos0 + (sz.attn_tokens + 1) / 2.0;
-    p.cpu_attn_gflops = 4.0 * sz.attn_tokens * avg_ctx * n_head * head_dim / t / 1e9;
+    const double flops = 4.0 * sz.attn_tokens * avg_ctx * n_head * head_dim;
+    TANDEM_ASSIGN_OR_RETURN(const Figure attn, MeasureFigure(gemm_figure("attention"), [&] {
+      return peak_trial(flops / TimeIt(sz, [&] {
+        cpu::Attention(q.data(), kv, sz.attn_tokens, pos0, ap, out.data(), scratch.get());
+      }) / 1e9);
+    }));
+    p.cpu_attn_gflops = attn.median;
+    p.cpu_attn_spread = attn.spread;
   }
 
   {  // Fixed cost of a kernel call: a tiny matmul, dominated by the thread fork/join.
@@ -169,9 +348,15 @@ absl::StatusOr<MachineProfile> CalibrateCpu(const CalibrateOptions& opts) {
     std::vector<float> y(static_cast<size_t>(n));
     HostBuf scratch = HostAlloc(cpu::MatMulScratchBytes(DType::kF32, n, 1));
     const WeightMatrix m{DType::kF32, w.data(), n, n, static_cast<size_t>(n) * sizeof(float)};
-    const auto begin = Clock::now();
-    for (int i = 0; i < sz.overhead_calls; ++i) cpu::MatMul(m, x.data(), 1, y.data(), scratch.get());
-    p.cpu_op_overhead_s = std::chrono::duration<double>(Clock::now() - begin).count() / sz.overhead_calls;
+    // A millisecond per call would be a machine too busy to plan for.
+    const MeasureOptions o{.what = "kernel call overhead", .unit = "s", .bound_reason = "a sane machine",
+                           .trials = sz.trials};
+    TANDEM_ASSIGN_OR_RETURN(const Figure overhead, MeasureFigure(o, [&] {
+      const auto begin = Clock::now();
+      for (int i = 0; i < sz.overhead_calls; ++i) cpu::MatMul(m, x.data(), 1, y.data(), scratch.get());
+      return Trial{.value = Seconds(begin) / sz.overhead_calls, .upper = 1e-3};
+    }));
+    p.cpu_op_overhead_s = overhead.median;
   }
   return p;
 }
@@ -274,22 +459,75 @@ absl::Status CalibrateDevice(Backend& dev, const CalibrateOptions& opts, Machine
   p->has_gpu = true;
   p->gpu_capacity_bytes = cap;
   p->device = std::string(dev.name());
+  p->gpu_description = dev.Describe();
   return absl::OkStatus();
 }
 
-absl::StatusOr<MachineProfile> CachedCpuProfile(const CalibrateOptions& opts, bool* measured) {
+std::string CachedProfileMismatch(const MachineProfile& p, int n_threads) {
+  if (p.kind == ProfileKind::kDefault || p.kind == ProfileKind::kSettings) return "holds no measured rates";
+  if (!(p.host == ThisHost())) {
+    return Cat("was measured on ", p.host.Describe(), ", not on this ", ThisHost().Describe());
+  }
+  if (p.n_threads != n_threads) return Cat("was measured with ", p.n_threads, " threads, not ", n_threads);
+  return "";
+}
+
+absl::StatusOr<bool> StoreProfile(const std::string& path, const MachineProfile& p) {
+  if (p.kind != ProfileKind::kFull) {
+    absl::StatusOr<MachineProfile> cached = LoadProfile(path);
+    if (cached.ok() && cached->kind > p.kind && cached->host == p.host) return false;
+  }
+  TANDEM_RETURN_IF_ERROR(SaveProfile(path, p));
+  return true;
+}
+
+absl::StatusOr<MachineProfile> CachedCpuProfile(const CalibrateOptions& opts, bool* measured,
+                                                std::vector<std::string>* notes) {
   const std::string path = ProfileCachePath("cpu");
   absl::StatusOr<MachineProfile> cached = LoadProfile(path);
   const int threads = opts.n_threads > 0 ? opts.n_threads : omp_get_max_threads();
-  if (cached.ok() && cached->n_threads == threads) {
-    if (measured) *measured = false;
-    return cached;
+  if (cached.ok()) {
+    const std::string mismatch = CachedProfileMismatch(*cached, threads);
+    if (mismatch.empty()) {
+      if (measured) *measured = false;
+      return cached;
+    }
+    if (notes != nullptr && cached->kind != ProfileKind::kSettings) {
+      notes->push_back(Cat("the cached profile ", path, " ", mismatch, "; measuring this machine"));
+    }
   }
   CalibrateOptions o = opts;
   o.n_threads = threads;
   TANDEM_ASSIGN_OR_RETURN(MachineProfile p, CalibrateCpu(o));
-  (void)SaveProfile(path, p);  // a read-only cache only costs a re-measure next time
+  (void)StoreProfile(path, p);  // a read-only cache only costs a re-measure next time
   if (measured) *measured = true;
+  return p;
+}
+
+absl::StatusOr<MachineProfile> EnsureKernelSettings(const CalibrateOptions& opts, std::vector<std::string>* notes) {
+  const std::string path = ProfileCachePath("cpu");
+  absl::StatusOr<MachineProfile> cached = LoadProfile(path);
+  if (cached.ok() && cached->host == ThisHost() && cached->cpu_decode_prefetch_bytes >= 0) {
+    ApplyKernelSettings(*cached);
+    return cached;
+  }
+  TANDEM_ASSIGN_OR_RETURN(const KernelSettings k, MeasureKernelSettings(opts));
+  if (notes != nullptr) {
+    notes->push_back(Cat("measured this CPU's kernel settings once (decode prefetch ", k.decode_prefetch_bytes,
+                         " bytes, ", k.decode_prefetch_gain, "x), kept in ", path));
+  }
+  // Kept in the cached profile: added to one measured here, or as a profile of settings alone.
+  MachineProfile p = cached.ok() && cached->host == ThisHost() ? *cached : DefaultProfile(false);
+  if (p.kind == ProfileKind::kDefault) {
+    p.kind = ProfileKind::kSettings;
+    p.device = "cpu";
+    p.host = ThisHost();
+    p.measured_at = UtcNow();
+  }
+  p.cpu_decode_prefetch_bytes = k.decode_prefetch_bytes;
+  p.cpu_decode_prefetch_gain = k.decode_prefetch_gain;
+  (void)SaveProfile(path, p);
+  ApplyKernelSettings(p);
   return p;
 }
 

@@ -22,16 +22,42 @@ struct CalibrateOptions {
   Repack repack = Repack::kAuto;
 };
 
-// CPU numbers only (the GPU-side fields keep DefaultProfile's values, has_gpu = false).
+// CPU numbers only (the GPU-side fields keep DefaultProfile's values, has_gpu = false). Every figure is the median
+// of several trials, its spread kept, and held to a bound (graph/measure.h): a GEMV's GB/s to a streaming read of
+// the same bytes taken alongside, a GEMM's rate to the ISA's peak at the measured clock. A figure that keeps
+// breaking its bound fails the calibration with a message: nothing is stored.
 absl::StatusOr<MachineProfile> CalibrateCpu(const CalibrateOptions& opts);
+
+// Kernel knobs chosen by measuring them on this machine rather than by the CPU's vendor.
+struct KernelSettings {
+  int64_t decode_prefetch_bytes = 0;  // one-token kernels' software prefetch distance (cpu_backend/kernels.h)
+  double decode_prefetch_gain = 1;    // its GB/s over none
+};
+// About a second (quick: less): the Q4_K one-token product with each candidate distance, round after round.
+absl::StatusOr<KernelSettings> MeasureKernelSettings(const CalibrateOptions& opts);
 
 // Fills the GPU-side fields of *p by timing `dev` (which must not be host memory): H2D rate, GEMV GB/s,
 // GEMM GFLOP/s, launch and sync overheads; sets has_gpu and gpu_capacity_bytes.
 absl::Status CalibrateDevice(Backend& dev, const CalibrateOptions& opts, MachineProfile* p);
 
-// The CPU profile from the cache (ProfileCachePath("cpu")), measured and saved there when absent or unreadable.
-// *measured (optional) says which happened.
-absl::StatusOr<MachineProfile> CachedCpuProfile(const CalibrateOptions& opts, bool* measured = nullptr);
+// Why a cached CPU profile cannot stand for this machine with n_threads threads ("was measured on <host>, not on
+// this <host>", "holds no measured rates", ...), or "" when it can.
+std::string CachedProfileMismatch(const MachineProfile& p, int n_threads);
+
+// Saves p at path unless that would replace a profile of a higher kind of the same host (a quick calibration never
+// replaces a full one). Returns whether it wrote.
+absl::StatusOr<bool> StoreProfile(const std::string& path, const MachineProfile& p);
+
+// The CPU profile from the cache (ProfileCachePath("cpu")), measured and stored there when absent, unreadable,
+// or not this machine's (CachedProfileMismatch). *measured (optional) says which happened; *notes (optional)
+// gets a line saying why a cached profile was not used.
+absl::StatusOr<MachineProfile> CachedCpuProfile(const CalibrateOptions& opts, bool* measured = nullptr,
+                                                std::vector<std::string>* notes = nullptr);
+
+// The kernel settings for computing on this CPU, applied (ApplyKernelSettings): from the cached profile when it
+// holds this host's, else measured now (about a second) and kept there. Returns the profile holding them.
+absl::StatusOr<MachineProfile> EnsureKernelSettings(const CalibrateOptions& opts,
+                                                    std::vector<std::string>* notes = nullptr);
 
 // A profile for planning against a simulated device without measuring it: CPU numbers from `cpu`, h2d = pcie,
 // gpu GB/s = gpu_gbps (900 when unthrottled), a GPU-class GEMM rate, the capacity from the spec.

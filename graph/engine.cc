@@ -36,6 +36,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& opts) 
                                                        .n_threads = opts.n_threads,
                                                        .profile_path = opts.profile_path,
                                                        .cuda_vram_budget = opts.placement.vram_budget.value_or(0)}));
+  for (const std::string& note : dev.notes) std::fprintf(stderr, "note: %s\n", note.c_str());
   const PlanOptions po{.n_ctx = e->n_ctx_, .n_batch = e->n_batch_, .n_threads = std::max(opts.n_threads, 1),
                        .kv_elem_bytes = opts.kv_type == DType::kF16 ? 2 : 4, .prompt_tokens = opts.prompt_tokens,
                        .gen_tokens = opts.gen_tokens};

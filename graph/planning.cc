@@ -1,5 +1,7 @@
 #include "graph/planning.h"
 
+#include <omp.h>
+
 #include <algorithm>
 
 #include "absl/strings/numbers.h"
@@ -24,10 +26,11 @@ void TakeGpuNumbers(const MachineProfile& gpu, MachineProfile* p) {
   p->gpu_launch_s = gpu.gpu_launch_s;
   p->gpu_sync_s = gpu.gpu_sync_s;
   p->gpu_library_workspace_bytes = gpu.gpu_library_workspace_bytes;
+  p->gpu_description = gpu.gpu_description;
 }
 
 absl::StatusOr<AcceleratorSetup> SetupCuda(int index, const DeviceSetupOptions& opts, MachineProfile* profile,
-                                           bool use_profile, bool* measured) {
+                                           bool use_profile, bool* measured, std::vector<std::string>* notes) {
   AcceleratorSetup a;
   a.spec = Cat("cuda:", index);
   a.supports = CudaSupports;
@@ -40,6 +43,12 @@ absl::StatusOr<AcceleratorSetup> SetupCuda(int index, const DeviceSetupOptions& 
     // A --profile file with GPU numbers is used as is.
     absl::StatusOr<MachineProfile> cached =
         use_profile ? absl::StatusOr<MachineProfile>(*profile) : LoadProfile(ProfileCachePath(a.spec));
+    // A cached device profile of another machine is measured again (a --profile file is the user's to give).
+    if (cached.ok() && cached->has_gpu && !use_profile && !(cached->host == ThisHost())) {
+      notes->push_back(Cat("the cached profile ", ProfileCachePath(a.spec), " was measured on ",
+                           cached->host.Describe(), "; measuring ", a.spec, " on this machine"));
+      cached = absl::NotFoundError("another host");
+    }
     if (cached.ok() && cached->has_gpu) {
       TakeGpuNumbers(*cached, profile);
     } else {
@@ -73,23 +82,44 @@ absl::StatusOr<DeviceSetup> SetupDevice(std::string_view spec, const DeviceSetup
   MachineProfile cpu;
   bool measured = false;
   bool file_has_gpu = false;
+  std::vector<std::string> notes;
+  const int threads = opts.n_threads > 0 ? opts.n_threads : omp_get_max_threads();
+  CalibrateOptions co;
+  co.n_threads = opts.n_threads;
+  co.quick = opts.quick_calibration;
   if (!opts.profile_path.empty()) {
     TANDEM_ASSIGN_OR_RETURN(cpu, LoadProfile(opts.profile_path));
     file_has_gpu = cpu.has_gpu;
-  } else if (absl::StatusOr<MachineProfile> cached = LoadProfile(ProfileCachePath("cpu"));
-             (cpu_only || !opts.calibrate_cpu) && cached.ok()) {
-    cpu = *std::move(cached);
+    // The user's own file is used as given, but not silently when it names another machine.
+    if (!(cpu.host == HostIdentity{}) && !(cpu.host == ThisHost())) {
+      notes.push_back(Cat("the profile ", opts.profile_path, " was measured on ", cpu.host.Describe(),
+                          ", not on this ", ThisHost().Describe(), "; planning with it as given"));
+    }
   } else if (cpu_only || !opts.calibrate_cpu) {
-    cpu = DefaultProfile(false);
+    absl::StatusOr<MachineProfile> cached = LoadProfile(ProfileCachePath("cpu"));
+    const std::string why = cached.ok() ? CachedProfileMismatch(*cached, threads) : "is absent";
+    cpu = why.empty() ? *std::move(cached) : DefaultProfile(false);
+    // With no GPU every unit runs on the CPU whatever the rates say: only a plan for a device needs to know.
+    if (!why.empty() && !cpu_only && cached.ok() && cached->kind != ProfileKind::kSettings) {
+      notes.push_back(Cat("the cached profile ", ProfileCachePath("cpu"), " ", why, "; planning with default rates"));
+    }
   } else {
-    CalibrateOptions co;
-    co.n_threads = opts.n_threads;
-    co.quick = opts.quick_calibration;
-    TANDEM_ASSIGN_OR_RETURN(cpu, CachedCpuProfile(co, &measured));
+    TANDEM_ASSIGN_OR_RETURN(cpu, CachedCpuProfile(co, &measured, &notes));
+  }
+  // What will compute on this CPU runs with this CPU's measured kernel settings.
+  if (opts.open_backend) {
+    if (cpu.cpu_decode_prefetch_bytes >= 0 && cpu.host == ThisHost()) {
+      ApplyKernelSettings(cpu);
+    } else {
+      TANDEM_ASSIGN_OR_RETURN(const MachineProfile settings, EnsureKernelSettings(co, &notes));
+      cpu.cpu_decode_prefetch_bytes = settings.cpu_decode_prefetch_bytes;
+      cpu.cpu_decode_prefetch_gain = settings.cpu_decode_prefetch_gain;
+    }
   }
 
   DeviceSetup d;
   d.measured = measured;
+  d.notes = std::move(notes);
   if (cpu_only) {
     d.profile = std::move(cpu);
     d.profile.has_gpu = false;
@@ -118,7 +148,7 @@ absl::StatusOr<DeviceSetup> SetupDevice(std::string_view spec, const DeviceSetup
       }
       bool cuda_measured = false;
       TANDEM_ASSIGN_OR_RETURN(AcceleratorSetup a, SetupCuda(index, opts, first ? &d.profile : nullptr, file_has_gpu,
-                                                            &cuda_measured));
+                                                            &cuda_measured, &d.notes));
       d.measured = d.measured || cuda_measured;
       d.accelerators.push_back(std::move(a));
       continue;

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "arch/model_config.h"
@@ -19,7 +20,8 @@ namespace tandem {
 
 struct DeviceSetupOptions {
   int n_threads = 0;           // CPU threads (0: OpenMP default); the CPU profile is measured with these
-  bool open_backend = true;    // false: describe the device only (plan does not need a sim backend)
+  bool open_backend = true;    // false: describe the device only (plan does not need a sim backend); true also
+                               // applies this CPU's measured kernel settings (measured once when absent)
   std::string profile_path;    // a profile file to use instead of the cache (its GPU-side numbers are kept for
                                // cuda; for sim they come from the spec)
   bool quick_calibration = false;
@@ -43,6 +45,8 @@ struct DeviceSetup {
   MachineProfile profile;            // CPU numbers plus the first accelerator's GPU-side numbers
   std::vector<AcceleratorSetup> accelerators;  // device 1, 2, ... of the plans made with it
   bool measured = false;             // a profile was measured (not read from a file or the cache)
+  // Lines for the user: a profile not used because it describes another machine, kernel settings measured...
+  std::vector<std::string> notes;
 };
 
 // spec: auto|none|cpu, or accelerators joined by '+': cuda[:I] and sim:VRAM[,pcie=GBPS][,gpu_gbps=GBPS]

@@ -4,9 +4,14 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
+#include <optional>
 #include <sstream>
+#include <utility>
 
 #include "core/status.h"
+#include "core/topology.h"
+#include "cpu_backend/kernels.h"
 #include "nlohmann/json.hpp"
 
 namespace tandem {
@@ -66,7 +71,84 @@ absl::Status ReadBytes(const json& j, const char* key, uint64_t* out) {
   return absl::OkStatus();
 }
 
+constexpr std::pair<ProfileKind, std::string_view> kKindNames[] = {
+    {ProfileKind::kDefault, "default"},
+    {ProfileKind::kSettings, "settings"},
+    {ProfileKind::kQuick, "quick"},
+    {ProfileKind::kFull, "full"},
+};
+
+json HostToJson(const HostIdentity& h) {
+  return json{{"cpu_model", h.cpu_model}, {"cores", h.n_cores}, {"threads", h.n_pus}, {"numa_nodes", h.n_numa_nodes}};
+}
+
+absl::Status HostFromJson(const json& j, HostIdentity* h) {
+  if (!j.is_object()) return InvalidArgument("profile: 'host' must be an object");
+  if (j.contains("cpu_model")) {
+    if (!j["cpu_model"].is_string()) return InvalidArgument("profile: 'host.cpu_model' must be a string");
+    h->cpu_model = j["cpu_model"].get<std::string>();
+  }
+  for (auto [key, out] : {std::pair{"cores", &h->n_cores}, std::pair{"threads", &h->n_pus},
+                          std::pair{"numa_nodes", &h->n_numa_nodes}}) {
+    if (!j.contains(key)) continue;
+    if (!j[key].is_number_integer() || j[key].get<int64_t>() < 0 || j[key].get<int64_t>() > (1 << 20)) {
+      return InvalidArgument("profile: 'host.", key, "' must be a non-negative integer");
+    }
+    *out = j[key].get<int>();
+  }
+  return absl::OkStatus();
+}
+
+// Spreads are >= 0 (a rate's are checked > 0 by RatesFromJson; a spread of 0 is a steady figure).
+absl::Status SpreadsFromJson(const json& j, const char* key, std::map<DType, double>* out) {
+  if (!j.contains(key)) return absl::OkStatus();
+  const json& m = j.at(key);
+  if (!m.is_object()) return InvalidArgument("profile: '", key, "' must be an object of type name -> spread");
+  out->clear();
+  for (const auto& [name, value] : m.items()) {
+    std::optional<DType> t = DTypeFromName(name);
+    if (!t) return InvalidArgument("profile: '", key, "' names unknown weight type '", name, "'");
+    if (!value.is_number() || !(value.get<double>() >= 0)) {
+      return InvalidArgument("profile: '", key, ".", name, "' must be a number >= 0");
+    }
+    (*out)[*t] = value.get<double>();
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+std::string HostIdentity::Describe() const {
+  return Cat(cpu_model.empty() ? "unknown CPU" : cpu_model, " (", n_cores, n_cores == 1 ? " core, " : " cores, ",
+             n_pus, n_pus == 1 ? " thread, " : " threads, ", n_numa_nodes,
+             n_numa_nodes == 1 ? " NUMA node)" : " NUMA nodes)");
+}
+
+const HostIdentity& ThisHost() {
+  static const HostIdentity host = [] {
+    HostIdentity h;
+    if (absl::StatusOr<std::unique_ptr<Topology>> t = Topology::Host(); t.ok()) {
+      h.cpu_model = (*t)->cpu_model();
+      h.n_cores = (*t)->n_cores();
+      h.n_pus = (*t)->n_pus();
+      h.n_numa_nodes = static_cast<int>((*t)->nodes().size());
+    }
+    return h;
+  }();
+  return host;
+}
+
+std::string_view ProfileKindName(ProfileKind k) {
+  for (const auto& [kind, name] : kKindNames) {
+    if (kind == k) return name;
+  }
+  return "default";
+}
+
+void ApplyKernelSettings(const MachineProfile& p) {
+  if (p.cpu_decode_prefetch_bytes < 0 || std::getenv("TANDEM_DECODE_PREFETCH") != nullptr) return;
+  cpu::SetDecodePrefetchBytes(static_cast<size_t>(p.cpu_decode_prefetch_bytes));
+}
 
 double MachineProfile::CpuGemvGbps(DType t) const { return RateFor(cpu_gemv_gbps, t, 10.0); }
 double MachineProfile::CpuGemmGflops(DType t) const { return RateFor(cpu_gemm_gflops, t, 50.0); }
@@ -87,6 +169,16 @@ std::string ProfileToJson(const MachineProfile& p) {
   json j;
   j["device"] = p.device;
   j["n_threads"] = p.n_threads;
+  j["kind"] = std::string(ProfileKindName(p.kind));
+  j["measured_at"] = p.measured_at;
+  j["host"] = HostToJson(p.host);
+  j["gpu_description"] = p.gpu_description;
+  j["cpu_decode_prefetch_bytes"] = p.cpu_decode_prefetch_bytes;
+  j["cpu_decode_prefetch_gain"] = p.cpu_decode_prefetch_gain;
+  j["cpu_clock_ghz"] = p.cpu_clock_ghz;
+  j["cpu_gemv_spread"] = RatesToJson(p.cpu_gemv_spread);
+  j["cpu_gemm_spread"] = RatesToJson(p.cpu_gemm_spread);
+  j["cpu_attn_spread"] = p.cpu_attn_spread;
   j["cpu_gemv_gbps"] = RatesToJson(p.cpu_gemv_gbps);
   j["cpu_gemm_gflops"] = RatesToJson(p.cpu_gemm_gflops);
   j["cpu_attn_gflops"] = p.cpu_attn_gflops;
@@ -121,6 +213,35 @@ absl::StatusOr<MachineProfile> ProfileFromJson(const std::string& text) {
     if (!j["has_gpu"].is_boolean()) return InvalidArgument("profile: 'has_gpu' must be true or false");
     p.has_gpu = j["has_gpu"].get<bool>();
   }
+  if (j.contains("kind")) {
+    const json& k = j["kind"];
+    bool known = false;
+    for (const auto& [kind, name] : kKindNames) {
+      if (k.is_string() && k.get<std::string>() == name) {
+        p.kind = kind;
+        known = true;
+      }
+    }
+    if (!known) return InvalidArgument("profile: 'kind' must be one of default, settings, quick, full");
+  }
+  for (auto [key, out] : {std::pair{"measured_at", &p.measured_at}, std::pair{"gpu_description", &p.gpu_description}}) {
+    if (!j.contains(key)) continue;
+    if (!j[key].is_string()) return InvalidArgument("profile: '", key, "' must be a string");
+    *out = j[key].get<std::string>();
+  }
+  if (j.contains("host")) TANDEM_RETURN_IF_ERROR(HostFromJson(j["host"], &p.host));
+  if (j.contains("cpu_decode_prefetch_bytes")) {
+    const json& v = j["cpu_decode_prefetch_bytes"];
+    if (!v.is_number_integer() || v.get<int64_t>() < -1 || v.get<int64_t>() > (int64_t{1} << 20)) {
+      return InvalidArgument("profile: 'cpu_decode_prefetch_bytes' must be an integer in -1..1048576");
+    }
+    p.cpu_decode_prefetch_bytes = v.get<int64_t>();
+  }
+  TANDEM_RETURN_IF_ERROR(ReadNumber(j, "cpu_decode_prefetch_gain", true, &p.cpu_decode_prefetch_gain));
+  TANDEM_RETURN_IF_ERROR(ReadNumber(j, "cpu_clock_ghz", false, &p.cpu_clock_ghz));
+  TANDEM_RETURN_IF_ERROR(ReadNumber(j, "cpu_attn_spread", false, &p.cpu_attn_spread));
+  TANDEM_RETURN_IF_ERROR(SpreadsFromJson(j, "cpu_gemv_spread", &p.cpu_gemv_spread));
+  TANDEM_RETURN_IF_ERROR(SpreadsFromJson(j, "cpu_gemm_spread", &p.cpu_gemm_spread));
   TANDEM_RETURN_IF_ERROR(ReadBytes(j, "gpu_capacity_bytes", &p.gpu_capacity_bytes));
   TANDEM_RETURN_IF_ERROR(ReadBytes(j, "gpu_library_workspace_bytes", &p.gpu_library_workspace_bytes));
   TANDEM_RETURN_IF_ERROR(RatesFromJson(j, "cpu_gemv_gbps", &p.cpu_gemv_gbps));
@@ -180,8 +301,9 @@ std::string ProfileCachePath(const std::string& device) {
   }
   if (safe.empty()) safe = "default";
   // The kernel generation: a profile measured before the CPU kernels changed speed class (v2: the repacked int8
-  // kernels, about 3x the prefill rate) would mislead the planner, so each generation has its own file.
-  constexpr int kKernelGeneration = 2;
+  // kernels, about 3x the prefill rate; v3: decode prefetch chosen by measurement, and profiles that name their
+  // host) would mislead the planner, so each generation has its own file.
+  constexpr int kKernelGeneration = 3;
   return Cat(dir, "/profile-", safe, ".v", kKernelGeneration, ".json");
 }
 

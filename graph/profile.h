@@ -5,21 +5,56 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "core/dtype.h"
 
 namespace tandem {
 
+// The machine a profile describes: a profile measured on another one is not used silently.
+struct HostIdentity {
+  std::string cpu_model;  // as the system names it
+  int n_cores = 0;        // physical cores
+  int n_pus = 0;          // hardware threads
+  int n_numa_nodes = 0;
+  bool operator==(const HostIdentity&) const = default;
+  std::string Describe() const;  // "AMD EPYC 9654 (96 cores, 192 threads, 2 NUMA nodes)"
+};
+// This machine, read once through hwloc.
+const HostIdentity& ThisHost();
+
+enum class ProfileKind {
+  kDefault,   // nothing measured: DefaultProfile's rough numbers
+  kSettings,  // only the kernel settings measured (a first run without a profile); rates are the defaults
+  kQuick,     // `calibrate --quick`: small sizes, rough rates; never replaces a full profile
+  kFull,
+};
+std::string_view ProfileKindName(ProfileKind k);
+
 struct MachineProfile {
   std::string device = "cpu";  // what the GPU-side numbers describe: "none", "sim:...", "cuda:0"
   int n_threads = 1;           // CPU threads the CPU numbers were measured with
+  ProfileKind kind = ProfileKind::kDefault;
+  std::string measured_at;     // UTC, ISO 8601; empty when nothing was measured
+  HostIdentity host;           // where it was measured
+  std::string gpu_description;  // the device as its driver names it (name, driver, PCIe); empty for sim/none
+
+  // ---- CPU kernel settings, chosen by measurement (calibrate, or the first run without a profile) ----
+  int64_t cpu_decode_prefetch_bytes = -1;  // one-token kernels' prefetch distance; -1: not measured (the ISA's
+                                           // vendor default stands)
+  double cpu_decode_prefetch_gain = 1;     // its decode GB/s over no prefetch, as measured
 
   // ---- CPU (weights read from RAM) ----
   std::map<DType, double> cpu_gemv_gbps;    // weight bytes/s of a one-token MatMul, per weight type
   std::map<DType, double> cpu_gemm_gflops;  // FLOP/s of a many-token MatMul, per weight type
   double cpu_attn_gflops = 10;              // FLOP/s of Attention (QK^T and PV) over an F16 cache
   double cpu_op_overhead_s = 5e-6;          // fixed cost of one kernel call (thread fork/join)
+  // The spread of each measured figure over its trials, (max - min) / median (graph/measure.h).
+  std::map<DType, double> cpu_gemv_spread;
+  std::map<DType, double> cpu_gemm_spread;
+  double cpu_attn_spread = 0;
+  double cpu_clock_ghz = 0;  // one core's clock measured alongside, which bounds the GEMM rates; 0: unknown
 
   // ---- GPU side ----
   bool has_gpu = false;
@@ -39,6 +74,10 @@ struct MachineProfile {
 
 // Numbers for a machine that was never measured: a modest desktop CPU and, when has_gpu, a PCIe 4 GPU.
 MachineProfile DefaultProfile(bool has_gpu);
+
+// The kernel settings of `p` take effect in this process (cpu_backend's globals), unless the user's environment
+// (TANDEM_DECODE_PREFETCH) set them.
+void ApplyKernelSettings(const MachineProfile& p);
 
 // JSON round trip. Unknown keys are ignored; missing keys keep DefaultProfile's values; rates must be > 0.
 std::string ProfileToJson(const MachineProfile& p);

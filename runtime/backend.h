@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "absl/status/status.h"
@@ -51,6 +52,8 @@ class Backend {
 
   // For display and logs only.
   virtual std::string_view name() const = 0;
+  // The device as its driver describes it, for profiles: model, driver version, bus address.
+  virtual std::string Describe() const { return std::string(name()); }
   // True when this backend's memory is the host's own and needs no copy to be read by the CPU.
   virtual bool host_memory() const = 0;
   // Whether `op` runs here with weights of `weight_type` (F32 for ops without weights).

@@ -1,5 +1,7 @@
 // tandem calibrate: measures this machine (and a GPU-side device) for the cost model and writes the profile.
 #include <cstdio>
+#include <map>
+#include <string>
 
 #include "core/status.h"
 #include "gpu_backend/cuda_backend.h"
@@ -14,10 +16,14 @@ namespace {
 
 constexpr const char* kCalibrateUsage =
     R"(usage: tandem calibrate [--device auto|none|cuda[:I]|sim:...] [-t THREADS] [--quick] [-o PROFILE]
-  Measures CPU matmul GB/s and GFLOP/s per weight type, CPU attention, and the device's copy rate, matmul
-  rates, launch and sync overheads. The profile is cached in ~/.cache/tandem/profile-<device>.v2.json (where
-  tandem plan and run find it) and also written to PROFILE when -o is given.
-  --quick   small sizes and few repetitions: rough numbers in about a second
+  Measures CPU matmul GB/s and GFLOP/s per weight type, CPU attention, the CPU kernels' settings (decode
+  prefetch distance), and the device's copy rate, matmul rates, launch and sync overheads. Each figure is the
+  median of several trials, kept with its spread; one that keeps exceeding what the machine can do (a GEMV faster
+  than memory reads alongside it, a GEMM over the ISA's peak at the measured clock) fails the calibration and
+  nothing is stored. The profile names the host it describes, and is cached in
+  ~/.cache/tandem/profile-<device>.v3.json (where tandem plan and run find it) and also written to PROFILE when
+  -o is given.
+  --quick   small sizes and few trials: rough numbers in about a second; never replaces a full profile
 )";
 
 // The device to measure, or null for none.
@@ -43,13 +49,30 @@ absl::StatusOr<std::unique_ptr<Backend>> OpenDevice(std::string spec, std::strin
   return InvalidArgument("unknown device '", spec, "' (expected auto, none, cuda[:I] or sim:VRAM[,pcie=GBPS])");
 }
 
+// A figure with its spread over the trials: "31.2 ±4%".
+std::string WithSpread(double value, const std::map<DType, double>& spreads, DType t, int precision) {
+  auto it = spreads.find(t);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", precision, value);
+  return it == spreads.end() ? buf : Cat(buf, " ±", static_cast<int>(it->second * 50 + 0.5), "%");
+}
+
 void PrintProfile(const MachineProfile& p) {
-  std::printf("CPU (%d threads)\n  %-6s %10s %12s\n", p.n_threads, "type", "GEMV GB/s", "GEMM GFLOP/s");
+  std::printf("%s, %s profile, %s\nCPU (%d threads, %.2f GHz measured)\n  %-6s %14s %16s\n",
+              p.host.Describe().c_str(), std::string(ProfileKindName(p.kind)).c_str(), p.measured_at.c_str(),
+              p.n_threads, p.cpu_clock_ghz, "type", "GEMV GB/s", "GEMM GFLOP/s");
   for (const auto& [type, gbps] : p.cpu_gemv_gbps) {
-    std::printf("  %-6s %10.2f %12.1f\n", std::string(DTypeName(type)).c_str(), gbps, p.CpuGemmGflops(type));
+    std::printf("  %-6s %14s %16s\n", std::string(DTypeName(type)).c_str(),
+                WithSpread(gbps, p.cpu_gemv_spread, type, 2).c_str(),
+                WithSpread(p.CpuGemmGflops(type), p.cpu_gemm_spread, type, 1).c_str());
   }
   std::printf("  attention %.2f GFLOP/s, %.1f us per kernel call\n", p.cpu_attn_gflops, p.cpu_op_overhead_s * 1e6);
+  if (p.cpu_decode_prefetch_bytes >= 0) {
+    std::printf("  decode prefetch %lld bytes (%.2fx the GB/s of none)\n",
+                static_cast<long long>(p.cpu_decode_prefetch_bytes), p.cpu_decode_prefetch_gain);
+  }
   if (p.has_gpu) {
+    if (!p.gpu_description.empty()) std::printf("%s\n", p.gpu_description.c_str());
     std::printf("%s (%.1f GiB)\n  H2D %.2f GB/s, GEMV %.1f GB/s, GEMM %.1f GFLOP/s, launch %.1f us, sync %.1f us\n",
                 p.device.c_str(), p.gpu_capacity_bytes / 1073741824.0, p.h2d_gbps, p.gpu_gemv_gbps,
                 p.gpu_gemm_gflops, p.gpu_launch_s * 1e6, p.gpu_sync_s * 1e6);
@@ -95,15 +118,22 @@ int CmdCalibrate(std::span<const std::string> args) {
   std::fprintf(stderr, "calibrating the CPU...\n");
   absl::StatusOr<MachineProfile> p = CalibrateCpu(opts);
   if (!p.ok()) return Fail(p.status());
-  if (absl::Status s = SaveProfile(ProfileCachePath("cpu"), *p); !s.ok()) {
-    std::fprintf(stderr, "warning: %s\n", Message(s).c_str());
+  // A quick calibration never replaces a full one: its rates are rough (small matrices inside the caches).
+  if (absl::StatusOr<bool> stored = StoreProfile(ProfileCachePath("cpu"), *p); !stored.ok()) {
+    std::fprintf(stderr, "warning: %s\n", Message(stored.status()).c_str());
+  } else if (!*stored) {
+    std::fprintf(stderr, "note: kept the full profile in %s (a quick calibration never replaces it)\n",
+                 ProfileCachePath("cpu").c_str());
   }
   if (*dev) {
     std::fprintf(stderr, "calibrating %s...\n", name.c_str());
     if (absl::Status s = CalibrateDevice(**dev, opts, &*p); !s.ok()) return Fail(s);
     p->device = name;
-    if (absl::Status s = SaveProfile(ProfileCachePath(name), *p); !s.ok()) {
-      std::fprintf(stderr, "warning: %s\n", Message(s).c_str());
+    if (absl::StatusOr<bool> stored = StoreProfile(ProfileCachePath(name), *p); !stored.ok()) {
+      std::fprintf(stderr, "warning: %s\n", Message(stored.status()).c_str());
+    } else if (!*stored) {
+      std::fprintf(stderr, "note: kept the full profile in %s (a quick calibration never replaces it)\n",
+                   ProfileCachePath(name).c_str());
     }
   }
   if (!out.empty()) {

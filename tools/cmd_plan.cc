@@ -106,6 +106,7 @@ int CmdPlan(std::span<const std::string> args) {
   }
   absl::StatusOr<DeviceSetup> dev = SetupDevice(f.placement.device, dopts);
   if (!dev.ok()) return Fail(dev.status());
+  for (const std::string& note : dev->notes) std::fprintf(stderr, "note: %s\n", note.c_str());
 
   PlanOptions popts;
   popts.n_ctx = static_cast<int>(f.n_ctx);

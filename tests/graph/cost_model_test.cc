@@ -223,7 +223,7 @@ TEST(Profile, BadJsonIsAnError) {
 TEST(Profile, SaveLoadAndCachePath) {
   const std::string dir = ::testing::TempDir() + "/tandem_profile_test";
   setenv("XDG_CACHE_HOME", dir.c_str(), 1);
-  EXPECT_EQ(ProfileCachePath("sim:12GiB,pcie=2"), dir + "/tandem/profile-sim_12GiB_pcie_2.v2.json");
+  EXPECT_EQ(ProfileCachePath("sim:12GiB,pcie=2"), dir + "/tandem/profile-sim_12GiB_pcie_2.v3.json");
   const std::string path = ProfileCachePath("cpu");
   MachineProfile p = Profile();
   ASSERT_TRUE(SaveProfile(path, p).ok());

@@ -144,7 +144,7 @@ TEST_F(PlanCli, CalibrateWritesAProfile) {
   EXPECT_LE(p.h2d_gbps, 10.5);
   EXPECT_GT(p.h2d_gbps, 0);
   // Cached where plan looks for it.
-  EXPECT_TRUE(LoadProfile(dir_ + "/cache/tandem/profile-cpu.v2.json").ok());
+  EXPECT_TRUE(LoadProfile(dir_ + "/cache/tandem/profile-cpu.v3.json").ok());
 }
 
 }  // namespace
