@@ -64,7 +64,7 @@ class Planner {
     const double ctx_prefill = std::max(in.prompt_tokens, 1) / 2.0;
     const double ctx_decode = std::max(in.prompt_tokens, 0) + std::max(in.gen_tokens, 0) / 2.0;
     q_prefill_ = {n_eff_, ctx_prefill, in.kv_elem_bytes};
-    q_prefill_report_ = {std::max(in.prefill_batch, 1), ctx_prefill, in.kv_elem_bytes};
+    q_prefill_report_ = {n_eff_, ctx_prefill, in.kv_elem_bytes};
     q_decode_ = {1, ctx_decode, in.kv_elem_bytes};
     n_devices_ = static_cast<int>(in.devices.size());
     act_bytes_ = ActivationBytesEstimate(c, std::max(in.prefill_batch, 1));
@@ -265,12 +265,13 @@ Plan Planner::Finish(const Assignment& a, uint64_t cap, std::string why) const {
   plan.host_mmap_bytes = acc.mmap;
   plan.staging_slot_bytes = acc.slot;
 
-  const uint64_t batch = static_cast<uint64_t>(plan.prefill_batch);
+  // The run's batches: a prompt shorter than a full batch goes as one batch of its own length.
+  const uint64_t batch = static_cast<uint64_t>(n_eff_);
   const uint64_t act_row = static_cast<uint64_t>(c.n_embd) * sizeof(float);
   const uint64_t logits_row = static_cast<uint64_t>(c.n_vocab) * sizeof(float);
   double prefill_s = 0, decode_s = 0;
   uint64_t prefill_pcie = 0, decode_pcie = 0;
-  // The report's batch is a full one; a prompt fills this many of them.
+  // A prompt fills this many of them.
   const double report_chunks = static_cast<double>(std::max(in_.prompt_tokens, 1)) / static_cast<double>(batch);
   for (size_t i = 0; i < a.size(); ++i) {
     const UnitSpec& u = in_.units[i];
@@ -320,6 +321,7 @@ Plan Planner::Finish(const Assignment& a, uint64_t cap, std::string why) const {
     decode_s += TransferSeconds(logits_row, in_.profile);
   }
   plan.predicted_prefill_tps = prefill_s > 0 ? static_cast<double>(batch) / prefill_s : 0;
+  plan.predicted_ttft_s = prefill_s * report_chunks;
   plan.predicted_decode_tps = decode_s > 0 ? 1.0 / decode_s : 0;
   plan.pcie_bytes_per_prefill_token = prefill_pcie / batch;
   plan.pcie_bytes_per_decode_token = decode_pcie;

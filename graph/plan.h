@@ -69,6 +69,7 @@ struct Plan {
   int n_threads = 1;
   double predicted_prefill_tps = 0;
   double predicted_decode_tps = 0;
+  double predicted_ttft_s = 0;  // the whole prompt of prompt_tokens, through prefill to its first token
   uint64_t pcie_bytes_per_prefill_token = 0;
   uint64_t pcie_bytes_per_decode_token = 0;
   std::string why;              // one line: how the placement was chosen ("auto: ...", "--gpu-layers 2 ...")

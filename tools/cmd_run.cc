@@ -10,8 +10,10 @@
 #include <vector>
 
 #include "arch/arch.h"
+#include "core/gguf.h"
 #include "core/sampler.h"
 #include "core/status.h"
+#include "core/tokenizer.h"
 #include "graph/engine.h"
 #include "nlohmann/json.hpp"
 #include "tools/cli_util.h"
@@ -150,6 +152,14 @@ int CmdRun(std::span<const std::string> argv) {
   if (!placement.ok()) return Fail(placement.status());
   EngineOptions eo{.model_path = f.model, .device = f.placement.device, .placement = *placement, .n_ctx = f.n_ctx,
                    .n_batch = f.n_batch, .n_threads = f.n_threads, .kv_type = f.kv_type};
+  // The plan is made for this run, its prompt's length and the tokens asked for, so that what it predicts is
+  // what the run measures. A file that fails here fails again, with the engine's message, just below.
+  if (absl::StatusOr<std::unique_ptr<GgufFile>> file = GgufFile::Open(f.model); file.ok()) {
+    if (absl::StatusOr<std::unique_ptr<Tokenizer>> t = Tokenizer::FromGguf(**file); t.ok()) {
+      eo.prompt_tokens = static_cast<int>((*t)->Encode(f.prompt, TokenizeOptions{.add_bos = f.add_bos}).size());
+      eo.gen_tokens = f.n_predict;
+    }
+  }
   eo.numa = f.placement.numa;
   // A progress bar for weights going to VRAM or pinned RAM, only on a terminal and never with --json.
   if (!f.json && isatty(STDERR_FILENO)) {

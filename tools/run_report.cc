@@ -23,6 +23,14 @@ namespace {
 double PerSecond(double n, double ms) { return ms > 0 ? n * 1000.0 / ms : 0.0; }
 }  // namespace
 
+uint64_t PredictedVram(const Plan& p) {
+  uint64_t total = 0;
+  for (const MemoryAccount& a : p.device_accounts) total += a.total();
+  return total;
+}
+
+uint64_t PredictedRam(const Plan& p) { return p.host.total() + p.host_mmap_bytes; }
+
 nlohmann::json RunReportJson(const RunReport& r) {
   const double prompt_tps = PerSecond(static_cast<double>(r.prompt_tokens.size()), r.prompt_ms);
   const double gen_tps = PerSecond(static_cast<double>(r.n_decoded), r.decode_ms);
@@ -43,8 +51,11 @@ nlohmann::json RunReportJson(const RunReport& r) {
       {"pcie_bytes_per_token", gen > 0 ? r.stats.pcie_bytes_decode / std::max<uint64_t>(r.stats.decode_tokens, 1) : 0},
   };
   if (r.plan != nullptr) {
-    j["plan"] = PlanJson(*r.plan);
-    j["predicted"] = {{"prefill_tps", r.plan->predicted_prefill_tps}, {"decode_tps", r.plan->predicted_decode_tps}};
+    const Plan& p = *r.plan;
+    j["plan"] = PlanJson(p);
+    j["predicted"] = {{"prefill_tps", p.predicted_prefill_tps}, {"decode_tps", p.predicted_decode_tps},
+                      {"ttft_ms", p.predicted_ttft_s * 1e3},  {"peak_vram_bytes", PredictedVram(p)},
+                      {"peak_rss_bytes", PredictedRam(p)},   {"pcie_bytes_per_token", p.pcie_bytes_per_decode_token}};
   }
   return j;
 }
@@ -63,8 +74,17 @@ std::string RunReportSummary(const RunReport& r) {
   s += Cat("memory: peak RAM ", HumanBytes(r.peak_rss_bytes), ", peak VRAM ", HumanBytes(r.stats.peak_vram_bytes),
            " | PCIe ", HumanBytes(per_tok), " per generated token\n");
   if (r.plan != nullptr && (r.plan->predicted_decode_tps > 0 || r.plan->predicted_prefill_tps > 0)) {
-    s += Cat("predicted by the plan: prefill ", absl::StrFormat("%.1f", r.plan->predicted_prefill_tps),
-             " t/s, decode ", absl::StrFormat("%.1f", r.plan->predicted_decode_tps), " t/s\n");
+    const Plan& p = *r.plan;
+    auto row = [&](const char* what, const std::string& predicted, const std::string& measured) {
+      s += absl::StrFormat("  %-16s %14s %14s\n", what, predicted, measured);
+    };
+    s += absl::StrFormat("  %-16s %14s %14s\n", "the plan's", "predicted", "measured");
+    row("time to first", absl::StrFormat("%.1f ms", p.predicted_ttft_s * 1e3), absl::StrFormat("%.1f ms", r.ttft_ms));
+    row("prefill", absl::StrFormat("%.1f t/s", p.predicted_prefill_tps), absl::StrFormat("%.1f t/s", prompt_tps));
+    row("decode", absl::StrFormat("%.1f t/s", p.predicted_decode_tps), absl::StrFormat("%.1f t/s", gen_tps));
+    row("peak VRAM", HumanBytes(PredictedVram(p)), HumanBytes(r.stats.peak_vram_bytes));
+    row("peak RAM", HumanBytes(PredictedRam(p)), HumanBytes(r.peak_rss_bytes));
+    row("PCIe per token", HumanBytes(p.pcie_bytes_per_decode_token), HumanBytes(per_tok));
   }
   return s;
 }

@@ -33,5 +33,9 @@ nlohmann::json RunReportJson(const RunReport& r);
 std::string RunReportSummary(const RunReport& r);
 // "1.23 GiB" style.
 std::string HumanBytes(uint64_t bytes);
+// What the plan expects the run to hold at its peak: on the accelerators, and in RAM (its own buffers and the
+// weights the CPU computes with).
+uint64_t PredictedVram(const Plan& p);
+uint64_t PredictedRam(const Plan& p);
 
 }  // namespace tandem::cli
