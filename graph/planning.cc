@@ -4,6 +4,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "core/host_memory.h"
 #include "core/status.h"
 #include "gpu_backend/cuda_backend.h"
 #include "graph/calibrate.h"
@@ -151,7 +152,25 @@ absl::StatusOr<Plan> PlanModel(const GgufFile& file, const ModelConfig& cfg, con
   in.prompt_tokens = opts.prompt_tokens;
   in.gen_tokens = opts.gen_tokens;
   in.n_threads = opts.n_threads;
-  return Partition(in);
+  in.cpu_repack = ResolveRepack(opts.repack);
+  if (req.host_ram) {
+    in.host_ram_available = *req.host_ram;
+  } else if (absl::StatusOr<HostMemory> host = ReadHostMemory(); host.ok()) {
+    in.host_ram_available = host->available;
+  }
+  TANDEM_ASSIGN_OR_RETURN(Plan plan, Partition(in));
+  // Repacked copies cannot be paged out; the file's pages can. When only the copies push the account past RAM,
+  // computing from the pages (slower kernels, but no swapping) is the better plan.
+  const uint64_t avail = in.host_ram_available;
+  if (opts.repack == Repack::kAuto && plan.cpu_repack && avail > 0 && plan.host.anonymous() > avail &&
+      plan.host.anonymous() - plan.host.repacked <= avail) {
+    in.cpu_repack = false;
+    TANDEM_ASSIGN_OR_RETURN(plan, Partition(in));
+    plan.warnings.insert(plan.warnings.begin(),
+                         Cat("host memory: the CPU's repacked weights would not fit in the ", FormatBytes(avail),
+                             " of RAM available; it computes from the model file's pages instead"));
+  }
+  return plan;
 }
 
 }  // namespace tandem

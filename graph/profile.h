@@ -20,6 +20,9 @@ struct MachineProfile {
   std::map<DType, double> cpu_gemm_gflops;  // FLOP/s of a many-token MatMul, per weight type
   double cpu_attn_gflops = 10;              // FLOP/s of Attention (QK^T and PV) over an F16 cache
   double cpu_op_overhead_s = 5e-6;          // fixed cost of one kernel call (thread fork/join)
+  // Reads of the model file's pages that are not in RAM (weights larger than the RAM left for them). A default for
+  // an NVMe SSD, not measured: calibration leaves it, a profile file may set it.
+  double disk_read_gbps = 2;
 
   // ---- GPU side ----
   bool has_gpu = false;
