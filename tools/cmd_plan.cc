@@ -125,6 +125,7 @@ int CmdPlan(std::span<const std::string> args) {
     nlohmann::json j = PlanJson(*plan);
     j["model"] = {{"path", f.model},       {"name", cfg->name},         {"arch", cfg->arch},
                   {"n_layer", cfg->n_layer}, {"n_expert", cfg->n_expert}, {"n_expert_used", cfg->n_expert_used},
+                  {"n_ctx_train", cfg->n_ctx_train},
                   {"file_bytes", (*file)->file_size()}};
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
