@@ -54,6 +54,9 @@ absl::StatusOr<bool> StoreProfile(const std::string& path, const MachineProfile&
 absl::StatusOr<MachineProfile> CachedCpuProfile(const CalibrateOptions& opts, bool* measured = nullptr,
                                                 std::vector<std::string>* notes = nullptr);
 
+// True when p holds no kernel settings measured on this host.
+bool KernelSettingsMissing(const MachineProfile& p);
+
 // The kernel settings for computing on this CPU, applied (ApplyKernelSettings): from the cached profile when it
 // holds this host's, else measured now (about a second) and kept there. Returns the profile holding them.
 absl::StatusOr<MachineProfile> EnsureKernelSettings(const CalibrateOptions& opts,

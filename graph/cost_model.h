@@ -39,11 +39,21 @@ struct UnitSpec {
   uint64_t weight_bytes = 0;         // all of them: what residency holds and streaming copies
   uint64_t packed_bytes = 0;         // the same packed as the executor packs a unit (UnitBlockBytes)
   uint64_t expert_bytes = 0;         // of which routed-expert weights (all experts together)
+  uint64_t owned_bytes = 0;          // of the tensors it owns: the file pages it alone maps
+  // What the CPU backend's repacking (cpu_backend/repack.h) makes of the matrices the unit computes with when the
+  // CPU runs it: bytes of the copies (a tied head's copy of token_embd included), and of the owned matrices they
+  // replace, whose pages are then released. Both 0 for embd, which is looked up by row, never repacked.
+  uint64_t repacked_bytes = 0;
+  uint64_t repacked_owned_source_bytes = 0;
   DType main_type = DType::kF32;     // the type holding most of the bytes: selects the CPU rate
   int64_t n_embd_kv = 0;             // attention units: K (and V) row width per position
   // The (op, weight type) pairs the unit issues: a device runs the unit only if it supports them all.
   std::vector<std::pair<Op, DType>> ops;
   std::shared_ptr<const UnitProgram> program;
+
+  // The host memory the CPU computes this unit with: the file's pages it still reads, and its repacked copies.
+  uint64_t CpuMappedBytes(bool repack) const { return owned_bytes - (repack ? repacked_owned_source_bytes : 0); }
+  uint64_t CpuRepackedBytes(bool repack) const { return repack ? repacked_bytes : 0; }
 
   // K+V cache of this layer for n_ctx positions (0 for non-attention units).
   uint64_t KvBytes(int64_t n_ctx, int kv_elem_bytes) const {

@@ -9,6 +9,7 @@
 #include "core/status.h"
 #include "cpu_backend/cpu_backend.h"
 #include "cpu_backend/repack.h"
+#include "graph/calibrate.h"
 #include "graph/planning.h"
 
 namespace tandem {
@@ -28,9 +29,6 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& opts) 
   if (opts.n_batch < 1) return InvalidArgument("batch size must be at least 1, got ", opts.n_batch);
   e->n_batch_ = std::min(opts.n_batch, e->n_ctx_);
 
-  std::unique_ptr<CpuBackendApi> cpu = CreateCpuBackend(CpuBackendOptions{.n_threads = opts.n_threads, .repack = opts.repack});
-  e->cpu_ = cpu.get();
-  e->devices_ = std::make_unique<DeviceRegistry>(std::move(cpu));
   TANDEM_ASSIGN_OR_RETURN(DeviceSetup dev,
                           SetupDevice(opts.device, DeviceSetupOptions{
                                                        .n_threads = opts.n_threads,
@@ -39,8 +37,21 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& opts) 
   for (const std::string& note : dev.notes) std::fprintf(stderr, "note: %s\n", note.c_str());
   const PlanOptions po{.n_ctx = e->n_ctx_, .n_batch = e->n_batch_, .n_threads = std::max(opts.n_threads, 1),
                        .kv_elem_bytes = opts.kv_type == DType::kF16 ? 2 : 4, .prompt_tokens = opts.prompt_tokens,
-                       .gen_tokens = opts.gen_tokens};
+                       .gen_tokens = opts.gen_tokens, .repack = opts.repack};
   TANDEM_ASSIGN_OR_RETURN(Plan plan, PlanModel(*e->file_, cfg, dev, opts.placement, po));
+  for (const std::string& w : plan.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
+  // This CPU's kernel settings, measured once (about a second) when no profile holds them; after planning, so that
+  // a plan that cannot work fails first.
+  if (KernelSettingsMissing(dev.profile)) {
+    std::vector<std::string> notes;
+    TANDEM_RETURN_IF_ERROR(EnsureKernelSettings(CalibrateOptions{.n_threads = opts.n_threads}, &notes).status());
+    for (const std::string& note : notes) std::fprintf(stderr, "note: %s\n", note.c_str());
+  }
+  // The plan decided whether the CPU repacks (it may not, when the copies would not fit in RAM).
+  std::unique_ptr<CpuBackendApi> cpu = CreateCpuBackend(
+      CpuBackendOptions{.n_threads = opts.n_threads, .repack = plan.cpu_repack ? Repack::kOn : Repack::kOff});
+  e->cpu_ = cpu.get();
+  e->devices_ = std::make_unique<DeviceRegistry>(std::move(cpu));
   // An accelerator the plan leaves empty is closed: nothing is allocated there.
   for (size_t d = 0; d < dev.accelerators.size(); ++d) {
     AcceleratorSetup& a = dev.accelerators[d];

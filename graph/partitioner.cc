@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdio>
 #include <limits>
 #include <optional>
 #include <set>
@@ -35,6 +36,10 @@ using Assignment = std::vector<Option>;
 bool Streams(const Option& o) { return o.prefill == Placement::kStream || o.decode == Placement::kStream; }
 bool Resident(const Option& o) { return o.prefill == Placement::kGpu || o.decode == Placement::kGpu; }
 bool AnyGpuSide(const Option& o) { return GpuSide(o.prefill) || GpuSide(o.decode); }
+// The CPU computes the unit in some phase from the file's pages (or its repacked copy), not from a pinned copy.
+bool ComputesFromMapping(const Option& o) {
+  return (o.prefill == Placement::kCpu || o.decode == Placement::kCpu) && !Streams(o);
+}
 
 // Per-unit times are stored in arrays indexed by Placement.
 static_assert(static_cast<int>(Placement::kCpu) == 0 && static_cast<int>(Placement::kGpu) == 1 &&
@@ -175,7 +180,6 @@ class Planner {
   struct Account {
     MemoryAccount gpu, host;             // gpu: every accelerator together
     std::vector<MemoryAccount> devices;  // [device]; [0] unused
-    uint64_t mmap = 0;
     uint64_t slot = 0;                   // the largest staging slot of any accelerator
   };
   // The first accelerator whose account exceeds its cap, or 0 when all fit.
@@ -202,9 +206,12 @@ class Planner {
         acc.host.weights += u.packed_bytes;  // pinned source of the copies
         slot[o.device] = std::max(slot[o.device], u.packed_bytes);
       }
-      // What the CPU computes with, in either phase: the file's pages or the CPU's repacked copy of them; a unit
-      // that also streams is computed from its pinned copy, already counted.
-      if ((o.prefill == Placement::kCpu || o.decode == Placement::kCpu) && !Streams(o)) acc.mmap += u.weight_bytes;
+      // What the CPU computes with, in either phase: the file's pages and the CPU's repacked copies; a unit that
+      // also streams is computed from its pinned copy, already counted.
+      if (ComputesFromMapping(o)) {
+        acc.host.mapped += u.CpuMappedBytes(in_.cpu_repack);
+        acc.host.repacked += u.CpuRepackedBytes(in_.cpu_repack);
+      }
       (AnyGpuSide(o) ? dev.kv : acc.host.kv) += kv(i);
     }
     for (int d = 1; d <= n_devices_; ++d) {
@@ -241,6 +248,29 @@ class Planner {
   double switch_prefill_s_ = 0, switch_decode_s_ = 0, logits_s_ = 0;
 };
 
+// One line for each way the host side of the plan will hurt: pages read from disk, or memory that will swap.
+void AddHostWarnings(Plan& plan) {
+  const uint64_t avail = plan.host_ram_available;
+  if (avail == 0) return;
+  const MemoryAccount& h = plan.host;
+  if (h.anonymous() > avail) {
+    plan.warnings.push_back(Cat("host memory: ", FormatBytes(h.anonymous()), " that cannot be paged (",
+                                h.repacked > 0 ? Cat("repacked weights ", FormatBytes(h.repacked), ", ") : "",
+                                h.weights > 0 ? Cat("pinned weights ", FormatBytes(h.weights), ", ") : "",
+                                "KV ", FormatBytes(h.kv), ", activations ", FormatBytes(h.activations),
+                                ") exceeds the ", FormatBytes(avail), " of RAM available: expect swapping or an ",
+                                "out-of-memory kill (lower -c or put more on a GPU)"));
+  }
+  if (plan.host_paged_bytes > 0) {
+    char rates[96];
+    std::snprintf(rates, sizeof(rates), "assumed %.1f GB/s), decode about %.2f tok/s", plan.disk_read_gbps,
+                  plan.predicted_decode_tps);
+    plan.warnings.push_back(Cat("host memory: ", FormatBytes(h.total()), " needed but ", FormatBytes(avail),
+                                " of RAM available: ", FormatBytes(plan.host_paged_bytes),
+                                " of the model's weights will be read from disk as they are used (", rates));
+  }
+}
+
 Plan Planner::Finish(const Assignment& a, uint64_t cap, std::string why) const {
   Plan plan;
   const ModelConfig& c = in_.config;
@@ -262,8 +292,28 @@ Plan Planner::Finish(const Assignment& a, uint64_t cap, std::string why) const {
   plan.gpu = acc.gpu;
   plan.device_accounts = acc.devices;
   plan.host = acc.host;
-  plan.host_mmap_bytes = acc.mmap;
   plan.staging_slot_bytes = acc.slot;
+  plan.cpu_repack = in_.cpu_repack;
+  plan.host_ram_available = in_.host_ram_available;
+  plan.disk_read_gbps = in_.profile.disk_read_gbps;
+  // Mapped pages are the part of the account the kernel can drop and read again; they give way first.
+  if (in_.host_ram_available > 0 && plan.host.total() > in_.host_ram_available) {
+    plan.host_paged_bytes = std::min(plan.host.mapped, plan.host.total() - in_.host_ram_available);
+  }
+  // Of the mapped weights each unit reads, this share comes from disk (pages evicted and faulted in again).
+  const double paged_share = plan.host.mapped > 0 ? static_cast<double>(plan.host_paged_bytes) /
+                                                        static_cast<double>(plan.host.mapped)
+                                                  : 0.0;
+  const double disk_bytes_per_s = in_.profile.disk_read_gbps * 1e9;
+  double disk_decode_bytes = 0;
+  // Bytes from disk when unit i runs on the CPU in a phase doing `work`.
+  auto disk_bytes = [&](size_t i, const UnitSpec& u, const CostQuery& q) -> double {
+    if (paged_share == 0 || !ComputesFromMapping(a[i]) || u.weight_bytes == 0) return 0;
+    const UnitWork w = WorkOf(u, q.n_tok, q.ctx, q.kv_elem_bytes, q.n_live);
+    const double mapped_share = static_cast<double>(u.CpuMappedBytes(in_.cpu_repack)) /
+                                static_cast<double>(u.weight_bytes);
+    return paged_share * mapped_share * w.weight_bytes_read;
+  };
 
   // The run's batches: a prompt shorter than a full batch goes as one batch of its own length.
   const uint64_t batch = static_cast<uint64_t>(n_eff_);
@@ -288,6 +338,14 @@ Plan Planner::Finish(const Assignment& a, uint64_t cap, std::string why) const {
     up.predicted_prefill_s =
         PrefillChunkSeconds(u, up.prefill, q_prefill_report_, report_chunks, c.n_layer, in_.profile);
     up.predicted_decode_s = UnitSeconds(u, up.decode, q_decode_, in_.profile);
+    if (up.prefill == Placement::kCpu) {
+      up.predicted_prefill_s += disk_bytes(i, u, q_prefill_report_) / disk_bytes_per_s;
+    }
+    if (up.decode == Placement::kCpu) {
+      const double from_disk = disk_bytes(i, u, q_decode_);
+      disk_decode_bytes += from_disk;
+      up.predicted_decode_s += from_disk / disk_bytes_per_s;
+    }
     prefill_s += up.predicted_prefill_s;
     decode_s += up.predicted_decode_s;
     if (up.prefill == Placement::kStream) prefill_pcie += u.weight_bytes;
@@ -325,6 +383,12 @@ Plan Planner::Finish(const Assignment& a, uint64_t cap, std::string why) const {
   plan.predicted_decode_tps = decode_s > 0 ? 1.0 / decode_s : 0;
   plan.pcie_bytes_per_prefill_token = prefill_pcie / batch;
   plan.pcie_bytes_per_decode_token = decode_pcie;
+  plan.disk_bytes_per_decode_token = static_cast<uint64_t>(disk_decode_bytes);
+  if (c.n_ctx_train > 0 && in_.n_ctx > c.n_ctx_train) {
+    plan.warnings.push_back(Cat("context: -c ", in_.n_ctx, " is past the ", c.n_ctx_train,
+                                " positions the model was trained on; output past them may degrade"));
+  }
+  AddHostWarnings(plan);
   return plan;
 }
 
@@ -601,6 +665,26 @@ absl::StatusOr<Plan> PartitionAuto(const Planner& pl, uint64_t capacity,
   return pl.Finish(best.a, cap, why);
 }
 
+// The KV cache must fit somewhere: in the accelerators' caps and the available RAM together. Says the largest
+// context that would, so the user need not search for it.
+absl::Status CheckKvFits(const PartitionInput& in, const std::vector<uint64_t>& caps) {
+  if (in.host_ram_available == 0) return absl::OkStatus();  // unknown RAM: nothing to hold it against
+  uint64_t kv_per_position = 0;
+  for (const UnitSpec& u : in.units) kv_per_position += u.KvBytes(1, in.kv_elem_bytes);
+  if (kv_per_position == 0) return absl::OkStatus();
+  uint64_t room = in.host_ram_available;
+  for (uint64_t cap : caps) room += cap;
+  const uint64_t need = kv_per_position * static_cast<uint64_t>(in.n_ctx);
+  if (need <= room) return absl::OkStatus();
+  const std::string where =
+      in.devices.empty() ? Cat(FormatBytes(in.host_ram_available), " of RAM available")
+                         : Cat(FormatBytes(room), " of VRAM cap and available RAM together");
+  const uint64_t largest = room / kv_per_position;
+  return absl::ResourceExhaustedError(Cat("-c ", in.n_ctx, " needs ", FormatBytes(need), " of KV cache but there is ",
+                                          where, largest > 0 ? Cat("; the largest context that fits is -c ", largest)
+                                                             : std::string("; no context fits")));
+}
+
 }  // namespace
 
 uint64_t ActivationBytesEstimate(const ModelConfig& c, int64_t max_tokens) {
@@ -644,6 +728,7 @@ absl::StatusOr<Plan> Partition(const PartitionInput& in) {
     if (d == 0) first_capacity = capacity;
     caps[d + 1] = EffectiveVramCap(in.request, true, capacity);
   }
+  TANDEM_RETURN_IF_ERROR(CheckKvFits(in, caps));
   TANDEM_ASSIGN_OR_RETURN(const std::vector<std::optional<Option>> fixed, ApplyRules(in));
   const Planner pl(in, std::move(caps));
   if (in.request.counts_given()) return PartitionCounts(pl, first_capacity, fixed);

@@ -28,6 +28,12 @@
 // matmul input; attention scores of 16 queries at a time; the MoE grouping), per accelerator. No accelerator's
 // account exceeds the cap: --vram-budget when given, else the device's capacity less 10% headroom. An accelerator
 // with nothing on it holds no activations or workspace either.
+//
+// The host account (Plan::host): pinned copies of streamed units, the file's pages and the CPU's repacked copies
+// that CPU units compute with, KV of CPU-side attention, activations. Held against host_ram_available: what does
+// not fit of the mapped pages is read from disk as decode touches it (at the profile's disk_read_gbps, added to the
+// predicted times), and what does not fit of the rest swaps; both are one-line Plan::warnings. Auto placement does
+// not weigh paging (the GPU side is already filled as far as it fits).
 #pragma once
 
 #include <cstdint>
@@ -71,8 +77,12 @@ struct PartitionInput {
   int prompt_tokens = 512;          // expected mix
   int gen_tokens = 128;
   int n_threads = 1;
+  bool cpu_repack = false;          // the CPU backend repacks the matrices it computes with (ResolveRepack)
+  uint64_t host_ram_available = 0;  // RAM the plan may use; 0: unknown (no host checks)
 };
 
+// Errors: bad input, counts or rules that do not fit (saying what would), and a KV cache that fits neither in the
+// accelerators' caps nor in host_ram_available (saying the largest context that would).
 absl::StatusOr<Plan> Partition(const PartitionInput& in);
 
 // Bytes of activation buffers one device holds for a batch of max_tokens (arch/activations.h's ActivationBytes).

@@ -1,8 +1,10 @@
 // BuildUnits: a model's placement units from its family's schema: each unit's tensors, bytes, and its unit function
 // bound to weight views without data, for the cost model to count.
+#include <algorithm>
 #include <map>
 
 #include "core/status.h"
+#include "cpu_backend/repack.h"
 #include "graph/partitioner.h"
 
 namespace tandem {
@@ -23,6 +25,7 @@ UnitSpec MakeUnit(const ModelSchema& model, UnitKind kind, int layer) {
     }
   }
   u.owned_tensors = t.owned.size();
+  for (const GgufTensorInfo* info : t.owned) u.owned_bytes += info->nbytes;
   for (size_t i = 0; i < model.match.tensors().size(); ++i) {
     const TensorClaim& c = model.match.claim(i);
     if (model.match.schema()[c.entry].expert_stack() && model.match.OwnerOf(i) == std::pair(kind, layer)) {
@@ -42,6 +45,24 @@ UnitSpec MakeUnit(const ModelSchema& model, UnitKind kind, int layer) {
   program->cfg = model.cfg;
   program->weights = BindUnit(model, kind, layer, nullptr);
   u.packed_bytes = UnitBlockBytes(program->weights);
+  if (kind != UnitKind::kEmbd) {
+    // The matrices CpuBackend::PrepareMatMulWeights would repack: the same views the executor hands it.
+    uint64_t source_bytes = 0;
+    program->weights.ForEach([&](WeightMatrix& m) {
+      if (!cpu::CanRepack(m)) return;
+      u.repacked_bytes += cpu::PackedBytes(m);
+      source_bytes += m.bytes();
+    });
+    // Shared tensors (a tied head's token_embd, two-dimensional) keep their pages: the owner's row lookups read
+    // them there.
+    for (const GgufTensorInfo* info : t.shared) {
+      WeightMatrix m{.type = info->type, .rows = 1, .cols = info->ne[0]};
+      for (int d = 1; d < info->n_dims; ++d) m.rows *= info->ne[d];
+      m.row_stride = RowBytes(m.type, m.cols);
+      if (cpu::CanRepack(m)) source_bytes -= std::min<uint64_t>(source_bytes, m.bytes());
+    }
+    u.repacked_owned_source_bytes = std::min(source_bytes, u.owned_bytes);
+  }
   u.program = std::move(program);
   u.ops = OpsOf(u);
   return u;

@@ -36,6 +36,7 @@ struct PlacementRequest {
   std::optional<int> stream_layers;
   std::vector<PlaceRule> rules;         // in order; for each unit, the first rule that matches wins
   std::optional<uint64_t> vram_budget;  // explicit --vram-budget: a hard cap with no headroom taken off
+  std::optional<uint64_t> host_ram;     // --host-ram: RAM to plan for instead of this machine's MemAvailable
 
   bool counts_given() const { return gpu_layers || cpu_layers || stream_layers; }
   // "--gpu-layers 30 --stream-layers 2", for messages.

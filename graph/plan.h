@@ -40,13 +40,22 @@ struct UnitPlan {
   bool resident() const { return prefill == Placement::kGpu || decode == Placement::kGpu; }
 };
 
+// One device's memory. On an accelerator: weights are the resident units' blocks. On the host: weights are the
+// pinned copies streamed units are copied from, and `mapped` and `repacked` what the CPU computes with.
 struct MemoryAccount {
   uint64_t weights = 0;
+  // Host only. The model file's pages the CPU reads in place: page cache, so when RAM runs short they are read
+  // again from disk rather than swapped.
+  uint64_t mapped = 0;
+  // Host only. The CPU backend's repacked copies of the matrices it computes with (their pages are released).
+  uint64_t repacked = 0;
   uint64_t kv = 0;
   uint64_t staging = 0;
   uint64_t activations = 0;
   uint64_t workspace = 0;
-  uint64_t total() const { return weights + kv + staging + activations + workspace; }
+  uint64_t total() const { return weights + mapped + repacked + kv + staging + activations + workspace; }
+  // What cannot be paged back from the model file: swapped, or the process killed, when it does not fit.
+  uint64_t anonymous() const { return total() - mapped; }
 };
 
 struct Plan {
@@ -57,8 +66,14 @@ struct Plan {
   uint64_t vram_budget = 0;     // bytes, per accelerator; 0 when there is none
   MemoryAccount gpu;            // VRAM, all accelerators together
   std::vector<MemoryAccount> device_accounts;  // [device]: each accelerator's own ([0], the host's, stays empty)
-  MemoryAccount host;           // RAM: pinned staging sources, KV on CPU, activations (mmap'd weights not counted)
-  uint64_t host_mmap_bytes = 0; // weights the CPU computes with: the file's pages, or the CPU's repacked copy
+  MemoryAccount host;           // RAM: pinned sources of streamed units, the file's pages and repacked copies the
+                                // CPU computes with, KV on the CPU, activations
+  bool cpu_repack = false;      // the CPU computes from repacked copies of the matrices it can repack
+  uint64_t host_ram_available = 0;  // RAM the account was held against (MemAvailable or --host-ram); 0: unknown
+  // Mapped weights that do not fit in host_ram_available: read from disk again as decode touches them.
+  uint64_t host_paged_bytes = 0;
+  double disk_read_gbps = 0;        // the rate paged weights were predicted at (MachineProfile::disk_read_gbps)
+  uint64_t disk_bytes_per_decode_token = 0;  // of the weights decode reads, those that come from disk
   uint64_t staging_slot_bytes = 0;  // size of EACH of the two staging buffers (the largest streamed unit); 0: none
   int kv_elem_bytes = 2;        // bytes per cached K/V element the account assumed (2: F16)
   std::string device;           // the accelerators planned for, joined by '+' ("sim:12GiB", "cuda:0"), or "none"
@@ -73,6 +88,9 @@ struct Plan {
   uint64_t pcie_bytes_per_prefill_token = 0;
   uint64_t pcie_bytes_per_decode_token = 0;
   std::string why;              // one line: how the placement was chosen ("auto: ...", "--gpu-layers 2 ...")
+  // One line each, for stderr: what will make this plan slow or unsafe (paging from disk, a context past the one
+  // the model was trained for, memory that will swap).
+  std::vector<std::string> warnings;
 };
 
 }  // namespace tandem

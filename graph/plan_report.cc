@@ -9,8 +9,8 @@ namespace tandem {
 namespace {
 
 nlohmann::json AccountJson(const MemoryAccount& m) {
-  return {{"weights", m.weights},         {"kv", m.kv},
-          {"staging", m.staging},         {"activations", m.activations},
+  return {{"weights", m.weights},         {"mapped", m.mapped},           {"repacked", m.repacked},
+          {"kv", m.kv},                   {"staging", m.staging},         {"activations", m.activations},
           {"workspace", m.workspace},     {"total", m.total()}};
 }
 
@@ -70,11 +70,16 @@ nlohmann::json PlanJson(const Plan& plan, bool with_tensors) {
           {"memory",
            {{"gpu", AccountJson(plan.gpu)},
             {"host", AccountJson(plan.host)},
-            {"mmap_bytes", plan.host_mmap_bytes},
-            {"staging_slot_bytes", plan.staging_slot_bytes}}},
+            {"staging_slot_bytes", plan.staging_slot_bytes},
+            {"cpu_repack", plan.cpu_repack},
+            {"host_ram_available", plan.host_ram_available},
+            {"host_paged_bytes", plan.host_paged_bytes},
+            {"disk_read_gbps", plan.disk_read_gbps},
+            {"disk_bytes_per_decode_token", plan.disk_bytes_per_decode_token}}},
           {"predicted", {{"prefill_tps", plan.predicted_prefill_tps}, {"decode_tps", plan.predicted_decode_tps}}},
           {"pcie_bytes_per_token",
-           {{"prefill", plan.pcie_bytes_per_prefill_token}, {"decode", plan.pcie_bytes_per_decode_token}}}};
+           {{"prefill", plan.pcie_bytes_per_prefill_token}, {"decode", plan.pcie_bytes_per_decode_token}}},
+          {"warnings", plan.warnings}};
 }
 
 std::string PlanTable(const Plan& plan) {
@@ -103,7 +108,8 @@ std::string PlanTable(const Plan& plan) {
   }
   out += Cat("\n", Pad("memory", 14, false), Pad("GPU", 12, true), Pad("host", 12, true), "\n");
   const std::pair<const char*, uint64_t MemoryAccount::*> rows[] = {
-      {"weights", &MemoryAccount::weights},         {"KV cache", &MemoryAccount::kv},
+      {"weights", &MemoryAccount::weights},         {"mapped", &MemoryAccount::mapped},
+      {"repacked", &MemoryAccount::repacked},       {"KV cache", &MemoryAccount::kv},
       {"staging", &MemoryAccount::staging},         {"activations", &MemoryAccount::activations},
       {"workspace", &MemoryAccount::workspace}};
   for (const auto& [label, field] : rows) {
@@ -112,9 +118,17 @@ std::string PlanTable(const Plan& plan) {
   }
   out += Cat(Pad("total", 14, false), Pad(FormatBytes(plan.gpu.total()), 12, true),
              Pad(FormatBytes(plan.host.total()), 12, true), "\n");
-  out += Cat("host weights are pinned copies of streamed units (the CPU computes from them in the other phase); it\n",
-             "computes with ", FormatBytes(plan.host_mmap_bytes),
-             " more (the model file's pages, or its repacked copy of them)\n");
+  out += Cat("host: weights are pinned copies of streamed units; mapped, the model file's pages the CPU computes\n",
+             "from; repacked, its copies of them in its own layout (", plan.cpu_repack ? "on" : "off", " here)\n");
+  if (plan.host_ram_available > 0) {
+    out += Cat("host RAM available: ", FormatBytes(plan.host_ram_available),
+               plan.host_paged_bytes > 0
+                   ? Cat("; ", FormatBytes(plan.host_paged_bytes), " of mapped weights paged from disk (",
+                         FormatBytes(plan.disk_bytes_per_decode_token), " per decoded token at ",
+                         Fmt("%.1f", plan.disk_read_gbps), " GB/s)")
+                   : std::string(plan.host.total() <= plan.host_ram_available ? ", the account fits" : ""),
+               "\n");
+  }
   if (plan.staging_slot_bytes > 0) {
     out += Cat("staging: 2 buffers of ", FormatBytes(plan.staging_slot_bytes), "\n");
   }

@@ -12,8 +12,10 @@ namespace tandem {
 // {device, why, vram_budget, n_ctx, prefill_batch, n_threads, prompt_tokens, gen_tokens,
 //  units: [{name, kind, layer, prefill, decode, weight_bytes, kv_bytes, predicted_prefill_ms,
 //           predicted_decode_ms, tensors}],
-//  memory: {gpu: {weights, kv, staging, activations, workspace, total}, host: {...}, mmap_bytes, staging_slot_bytes},
-//  predicted: {prefill_tps, decode_tps}, pcie_bytes_per_token: {prefill, decode}}
+//  memory: {gpu: {weights, mapped, repacked, kv, staging, activations, workspace, total}, host: {...},
+//          staging_slot_bytes, cpu_repack, host_ram_available, host_paged_bytes, disk_read_gbps,
+//          disk_bytes_per_decode_token},
+//  predicted: {prefill_tps, decode_tps}, pcie_bytes_per_token: {prefill, decode}, warnings: [one line each]}
 nlohmann::json PlanJson(const Plan& plan, bool with_tensors = false);
 
 // The placement table per unit and phase, the memory per device, predicted tokens/s and PCIe bytes per token.

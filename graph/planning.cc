@@ -6,6 +6,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "core/host_memory.h"
 #include "core/status.h"
 #include "gpu_backend/cuda_backend.h"
 #include "graph/calibrate.h"
@@ -98,7 +99,12 @@ absl::StatusOr<DeviceSetup> SetupDevice(std::string_view spec, const DeviceSetup
   } else if (cpu_only || !opts.calibrate_cpu) {
     absl::StatusOr<MachineProfile> cached = LoadProfile(ProfileCachePath("cpu"));
     const std::string why = cached.ok() ? CachedProfileMismatch(*cached, threads) : "is absent";
-    cpu = why.empty() ? *std::move(cached) : DefaultProfile(false);
+    cpu = why.empty() ? *cached : DefaultProfile(false);
+    if (!why.empty() && cached.ok() && !KernelSettingsMissing(*cached)) {  // a first run's settings, say
+      cpu.cpu_decode_prefetch_bytes = cached->cpu_decode_prefetch_bytes;
+      cpu.cpu_decode_prefetch_gain = cached->cpu_decode_prefetch_gain;
+      cpu.host = cached->host;
+    }
     // With no GPU every unit runs on the CPU whatever the rates say: only a plan for a device needs to know.
     if (!why.empty() && !cpu_only && cached.ok() && cached->kind != ProfileKind::kSettings) {
       notes.push_back(Cat("the cached profile ", ProfileCachePath("cpu"), " ", why, "; planning with default rates"));
@@ -106,16 +112,9 @@ absl::StatusOr<DeviceSetup> SetupDevice(std::string_view spec, const DeviceSetup
   } else {
     TANDEM_ASSIGN_OR_RETURN(cpu, CachedCpuProfile(co, &measured, &notes));
   }
-  // What will compute on this CPU runs with this CPU's measured kernel settings.
-  if (opts.open_backend) {
-    if (cpu.cpu_decode_prefetch_bytes >= 0 && cpu.host == ThisHost()) {
-      ApplyKernelSettings(cpu);
-    } else {
-      TANDEM_ASSIGN_OR_RETURN(const MachineProfile settings, EnsureKernelSettings(co, &notes));
-      cpu.cpu_decode_prefetch_bytes = settings.cpu_decode_prefetch_bytes;
-      cpu.cpu_decode_prefetch_gain = settings.cpu_decode_prefetch_gain;
-    }
-  }
+  // What will compute on this CPU runs with this CPU's measured kernel settings (the engine measures them once,
+  // after planning, when no profile holds them: KernelSettingsMissing).
+  if (opts.open_backend && !KernelSettingsMissing(cpu)) ApplyKernelSettings(cpu);
 
   DeviceSetup d;
   d.measured = measured;
@@ -181,7 +180,25 @@ absl::StatusOr<Plan> PlanModel(const GgufFile& file, const ModelConfig& cfg, con
   in.prompt_tokens = opts.prompt_tokens;
   in.gen_tokens = opts.gen_tokens;
   in.n_threads = opts.n_threads;
-  return Partition(in);
+  in.cpu_repack = ResolveRepack(opts.repack);
+  if (req.host_ram) {
+    in.host_ram_available = *req.host_ram;
+  } else if (absl::StatusOr<HostMemory> host = ReadHostMemory(); host.ok()) {
+    in.host_ram_available = host->available;
+  }
+  TANDEM_ASSIGN_OR_RETURN(Plan plan, Partition(in));
+  // Repacked copies cannot be paged out; the file's pages can. When only the copies push the account past RAM,
+  // computing from the pages (slower kernels, but no swapping) is the better plan.
+  const uint64_t avail = in.host_ram_available;
+  if (opts.repack == Repack::kAuto && plan.cpu_repack && avail > 0 && plan.host.anonymous() > avail &&
+      plan.host.anonymous() - plan.host.repacked <= avail) {
+    in.cpu_repack = false;
+    TANDEM_ASSIGN_OR_RETURN(plan, Partition(in));
+    plan.warnings.insert(plan.warnings.begin(),
+                         Cat("host memory: the CPU's repacked weights would not fit in the ", FormatBytes(avail),
+                             " of RAM available; it computes from the model file's pages instead"));
+  }
+  return plan;
 }
 
 }  // namespace tandem

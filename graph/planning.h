@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "arch/model_config.h"
 #include "core/gguf.h"
+#include "cpu_backend/cpu_backend.h"
 #include "runtime/backend.h"
 #include "graph/placement.h"
 #include "graph/plan.h"
@@ -62,9 +63,13 @@ struct PlanOptions {
   int kv_elem_bytes = 2;  // F16 cache
   int prompt_tokens = 512;
   int gen_tokens = 128;
+  // The CPU backend's setting. kAuto also gives way when the repacked copies would not fit in RAM and the file's
+  // pages (which can be paged) would: the plan then says cpu_repack = false, and the engine opens its CPU so.
+  Repack repack = Repack::kAuto;
 };
 
-// BuildUnits + Partition for an opened model on a set-up device.
+// BuildUnits + Partition for an opened model on a set-up device, held against this machine's available RAM
+// (/proc/meminfo) unless the request gives host_ram.
 absl::StatusOr<Plan> PlanModel(const GgufFile& file, const ModelConfig& cfg, const DeviceSetup& dev,
                                const PlacementRequest& req, const PlanOptions& opts);
 

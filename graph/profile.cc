@@ -183,6 +183,7 @@ std::string ProfileToJson(const MachineProfile& p) {
   j["cpu_gemm_gflops"] = RatesToJson(p.cpu_gemm_gflops);
   j["cpu_attn_gflops"] = p.cpu_attn_gflops;
   j["cpu_op_overhead_s"] = p.cpu_op_overhead_s;
+  j["disk_read_gbps"] = p.disk_read_gbps;
   j["has_gpu"] = p.has_gpu;
   j["gpu_capacity_bytes"] = p.gpu_capacity_bytes;
   j["h2d_gbps"] = p.h2d_gbps;
@@ -248,6 +249,7 @@ absl::StatusOr<MachineProfile> ProfileFromJson(const std::string& text) {
   TANDEM_RETURN_IF_ERROR(RatesFromJson(j, "cpu_gemm_gflops", &p.cpu_gemm_gflops));
   TANDEM_RETURN_IF_ERROR(ReadNumber(j, "cpu_attn_gflops", true, &p.cpu_attn_gflops));
   TANDEM_RETURN_IF_ERROR(ReadNumber(j, "cpu_op_overhead_s", false, &p.cpu_op_overhead_s));
+  TANDEM_RETURN_IF_ERROR(ReadNumber(j, "disk_read_gbps", true, &p.disk_read_gbps));
   TANDEM_RETURN_IF_ERROR(ReadNumber(j, "h2d_gbps", true, &p.h2d_gbps));
   TANDEM_RETURN_IF_ERROR(ReadNumber(j, "gpu_gemv_gbps", true, &p.gpu_gemv_gbps));
   TANDEM_RETURN_IF_ERROR(ReadNumber(j, "gpu_gemm_gflops", true, &p.gpu_gemm_gflops));

@@ -55,6 +55,9 @@ struct MachineProfile {
   std::map<DType, double> cpu_gemm_spread;
   double cpu_attn_spread = 0;
   double cpu_clock_ghz = 0;  // one core's clock measured alongside, which bounds the GEMM rates; 0: unknown
+  // Reads of the model file's pages that are not in RAM (weights larger than the RAM left for them). A default for
+  // an NVMe SSD, not measured: calibration leaves it, a profile file may set it.
+  double disk_read_gbps = 2;
 
   // ---- GPU side ----
   bool has_gpu = false;

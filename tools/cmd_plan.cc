@@ -5,6 +5,7 @@
 #include "core/gguf.h"
 #include "arch/model_config.h"
 #include "core/status.h"
+#include "gpu_backend/cuda_backend.h"
 #include "graph/plan_report.h"
 #include "graph/planning.h"
 #include "graph/profile.h"
@@ -101,7 +102,10 @@ int CmdPlan(std::span<const std::string> args) {
   dopts.open_backend = false;  // a plan needs the device's size, not the device
   dopts.profile_path = f.profile;
   dopts.cuda_vram_budget = f.placement.vram_budget.value_or(0);
-  if (f.profile.empty() && !std::filesystem::exists(ProfileCachePath("cpu"))) {
+  // With no accelerator nothing is measured (SetupDevice plans with the default CPU numbers).
+  const std::string& spec = f.placement.device;
+  const bool has_accelerator = spec != "none" && spec != "cpu" && (spec != "auto" || CudaDeviceCount() > 0);
+  if (has_accelerator && f.profile.empty() && !std::filesystem::exists(ProfileCachePath("cpu"))) {
     std::fprintf(stderr, "calibrating this CPU once (cached in %s)...\n", ProfileCachePath("cpu").c_str());
   }
   absl::StatusOr<DeviceSetup> dev = SetupDevice(f.placement.device, dopts);
@@ -116,11 +120,13 @@ int CmdPlan(std::span<const std::string> args) {
   popts.gen_tokens = static_cast<int>(f.gen_tokens);
   absl::StatusOr<Plan> plan = PlanModel(**file, *cfg, *dev, *req, popts);
   if (!plan.ok()) return Fail(plan.status());
+  for (const std::string& w : plan->warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
 
   if (f.json) {
     nlohmann::json j = PlanJson(*plan);
     j["model"] = {{"path", f.model},       {"name", cfg->name},         {"arch", cfg->arch},
                   {"n_layer", cfg->n_layer}, {"n_expert", cfg->n_expert}, {"n_expert_used", cfg->n_expert_used},
+                  {"n_ctx_train", cfg->n_ctx_train},
                   {"file_bytes", (*file)->file_size()}};
     std::printf("%s\n", j.dump(2).c_str());
     return 0;

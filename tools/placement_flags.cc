@@ -23,6 +23,10 @@ absl::StatusOr<bool> ParsePlacementFlag(const std::string& flag, ArgReader& args
   } else if (flag == "--vram-budget") {
     TANDEM_ASSIGN_OR_RETURN(std::string v, args.Value(flag));
     TANDEM_ASSIGN_OR_RETURN(out.vram_budget, ParseSize(v));
+  } else if (flag == "--host-ram") {
+    TANDEM_ASSIGN_OR_RETURN(std::string v, args.Value(flag));
+    TANDEM_ASSIGN_OR_RETURN(out.host_ram, ParseSize(v));
+    if (*out.host_ram == 0) return InvalidArgument("--host-ram must be more than 0 bytes");
   } else if (flag == "--place") {
     TANDEM_ASSIGN_OR_RETURN(std::string v, args.Value(flag));
     const size_t eq = v.rfind('=');
@@ -53,6 +57,7 @@ const char* PlacementFlagsHelp() {
   --cpu-layers N       layers computed on the CPU (weights never cross PCIe)
   --stream-layers N    layers computed on the GPU with weights streamed just in time
   --vram-budget SIZE   hard cap on everything tandem allocates on the GPU (e.g. 12GiB)
+  --host-ram SIZE      RAM to plan for (default: this machine's MemAvailable); what does not fit is paged
   --place REGEX=cpu|gpu|stream   per-tensor rule, may repeat, matched in order
   --numa auto|off|interleave|shard
 )";

@@ -17,6 +17,7 @@ struct PlacementFlags {
   std::optional<int> cpu_layers;        // --cpu-layers N
   std::optional<int> stream_layers;     // --stream-layers N
   std::optional<uint64_t> vram_budget;  // --vram-budget SIZE
+  std::optional<uint64_t> host_ram;     // --host-ram SIZE
   std::vector<std::string> place;       // --place REGEX=cpu|gpu|stream, in order
   std::string numa = "auto";            // --numa auto|off|interleave|shard
   bool any_count() const { return gpu_layers || cpu_layers || stream_layers; }

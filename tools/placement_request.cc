@@ -10,6 +10,7 @@ absl::StatusOr<PlacementRequest> ToPlacementRequest(const PlacementFlags& flags)
   req.cpu_layers = flags.cpu_layers;
   req.stream_layers = flags.stream_layers;
   req.vram_budget = flags.vram_budget;
+  req.host_ram = flags.host_ram;
   for (const std::string& spec : flags.place) {
     TANDEM_ASSIGN_OR_RETURN(PlaceRule rule, ParsePlaceRule(spec));
     req.rules.push_back(std::move(rule));

@@ -29,7 +29,7 @@ uint64_t PredictedVram(const Plan& p) {
   return total;
 }
 
-uint64_t PredictedRam(const Plan& p) { return p.host.total() + p.host_mmap_bytes; }
+uint64_t PredictedRam(const Plan& p) { return p.host.total(); }
 
 nlohmann::json RunReportJson(const RunReport& r) {
   const double prompt_tps = PerSecond(static_cast<double>(r.prompt_tokens.size()), r.prompt_ms);

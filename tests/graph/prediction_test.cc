@@ -21,75 +21,98 @@ namespace {
 
 constexpr double kFactor = 3.0;
 
+std::string* g_dir = nullptr;
+
 class Prediction : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new std::string(::testing::TempDir() + "/tandem_prediction_" + std::to_string(getpid()));
-    std::filesystem::create_directories(*dir_);
+    g_dir = new std::string(::testing::TempDir() + "/tandem_prediction_" + std::to_string(getpid()));
+    std::filesystem::create_directories(*g_dir);
     // 2 layers of 8 experts, 1024 wide: a decoded token reads about 10 MiB, beyond the caches of most machines.
     const test::CmdResult r = test::RunCommand(
         test::TandemBin() + " synth --arch mixtral --layers 2 --embd 1024 --ff 2048 --heads 8 --kv-heads 4 " +
-        "--vocab 4096 --type Q4_0 -o " + *dir_ + "/m.gguf");
+        "--vocab 4096 --type Q4_0 -o " + *g_dir + "/m.gguf");
     ASSERT_EQ(r.exit_code, 0) << r.err;
-    absl::StatusOr<MachineProfile> p = CalibrateCpu(CalibrateOptions{.n_threads = 2, .quick = true});
-    ASSERT_TRUE(p.ok()) << p.status();
-    ASSERT_TRUE(SaveProfile(*dir_ + "/profile.json", *p).ok());
   }
   static void TearDownTestSuite() {
-    std::filesystem::remove_all(*dir_);
-    delete dir_;
+    std::filesystem::remove_all(*g_dir);
+    delete g_dir;
   }
-
-  static std::string* dir_;
 };
-std::string* Prediction::dir_ = nullptr;
 
 double Seconds(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-TEST_F(Prediction, CpuRunsLandWithinAFactorOfThePlan) {
+struct Comparison {
+  double predicted_prefill_tps = 0, prefill_tps = 0, predicted_decode_tps = 0, decode_tps = 0;
+  double predicted_ttft_s = 0, ttft_s = 0;
+  bool Within(double factor) const {
+    auto near = [&](double measured, double predicted) {
+      return measured < predicted * factor && measured > predicted / factor;
+    };
+    return near(prefill_tps, predicted_prefill_tps) && near(decode_tps, predicted_decode_tps) &&
+           near(ttft_s, predicted_ttft_s);
+  }
+};
+
+// A quick calibration, then a plan for the run and the run itself, the best of three repetitions of each phase.
+Comparison CalibrateAndRun() {
   constexpr int kPrompt = 96, kGen = 32;
-  auto engine = Engine::Open(EngineOptions{.model_path = *dir_ + "/m.gguf", .device = "none",
-                                           .profile_path = *dir_ + "/profile.json", .prompt_tokens = kPrompt,
+  Comparison c;
+  absl::StatusOr<MachineProfile> profile = CalibrateCpu(CalibrateOptions{.n_threads = 2, .quick = true});
+  EXPECT_TRUE(profile.ok()) << profile.status();
+  if (!profile.ok() || !SaveProfile(*g_dir + "/profile.json", *profile).ok()) return c;
+  auto engine = Engine::Open(EngineOptions{.model_path = *g_dir + "/m.gguf", .device = "none",
+                                           .profile_path = *g_dir + "/profile.json", .prompt_tokens = kPrompt,
                                            .gen_tokens = kGen, .n_threads = 2});
-  ASSERT_TRUE(engine.ok()) << engine.status();
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  if (!engine.ok()) return c;
   Engine& e = **engine;
   const Plan& plan = e.plan();
-  ASSERT_GT(plan.predicted_prefill_tps, 0);
-  ASSERT_GT(plan.predicted_decode_tps, 0);
+  c.predicted_prefill_tps = plan.predicted_prefill_tps;
+  c.predicted_decode_tps = plan.predicted_decode_tps;
+  c.predicted_ttft_s = plan.predicted_ttft_s;
 
   std::vector<int32_t> prompt(kPrompt);
   for (int i = 0; i < kPrompt; ++i) prompt[i] = 1 + (i * 37) % 4000;
   std::vector<float> logits(static_cast<size_t>(e.config().n_vocab));
-  ASSERT_TRUE(e.Prefill(prompt, 0, false, logits.data()).ok());  // warm-up: first touches, thread start
-  // Prefill: the best of three (the plan predicts a machine to itself, not the other tests).
-  double prefill_s = 1e30;
+  EXPECT_TRUE(e.Prefill(prompt, 0, false, logits.data()).ok());  // warm-up: first touches, thread start
+  c.ttft_s = 1e30;
   for (int rep = 0; rep < 3; ++rep) {
     const auto t0 = std::chrono::steady_clock::now();
-    ASSERT_TRUE(e.Prefill(prompt, 0, false, logits.data()).ok());
-    prefill_s = std::min(prefill_s, Seconds(t0));
+    EXPECT_TRUE(e.Prefill(prompt, 0, false, logits.data()).ok());
+    c.ttft_s = std::min(c.ttft_s, Seconds(t0));
   }
   double decode_s = 1e30;
   for (int rep = 0; rep < 3; ++rep) {
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < kGen; ++i) {
       const int32_t tok = 1 + i;
-      ASSERT_TRUE(e.executor().Forward(std::span<const int32_t>(&tok, 1), kPrompt + i, 1, logits.data()).ok());
+      EXPECT_TRUE(e.executor().Forward(std::span<const int32_t>(&tok, 1), kPrompt + i, 1, logits.data()).ok());
     }
     decode_s = std::min(decode_s, Seconds(t0) / kGen);
   }
-  const double prefill_tps = kPrompt / prefill_s, decode_tps = 1 / decode_s;
+  c.prefill_tps = kPrompt / c.ttft_s;
+  c.decode_tps = 1 / decode_s;
   std::printf("prefill: predicted %.1f t/s, measured %.1f; decode: predicted %.1f t/s, measured %.1f; "
               "time to first token: predicted %.2f ms, measured %.2f\n",
-              plan.predicted_prefill_tps, prefill_tps, plan.predicted_decode_tps, decode_tps,
-              plan.predicted_ttft_s * 1e3, prefill_s * 1e3);
-  EXPECT_LT(prefill_tps, plan.predicted_prefill_tps * kFactor);
-  EXPECT_GT(prefill_tps, plan.predicted_prefill_tps / kFactor);
-  EXPECT_LT(decode_tps, plan.predicted_decode_tps * kFactor);
-  EXPECT_GT(decode_tps, plan.predicted_decode_tps / kFactor);
-  EXPECT_LT(prefill_s, plan.predicted_ttft_s * kFactor);
-  EXPECT_GT(prefill_s, plan.predicted_ttft_s / kFactor);
+              c.predicted_prefill_tps, c.prefill_tps, c.predicted_decode_tps, c.decode_tps,
+              c.predicted_ttft_s * 1e3, c.ttft_s * 1e3);
+  return c;
+}
+
+// Another test's burst on the same cores can slow a whole calibration; so a miss is taken again, once, from a new
+// calibration. A cost model that is wrong misses both times.
+TEST_F(Prediction, CpuRunsLandWithinAFactorOfThePlan) {
+  Comparison c = CalibrateAndRun();
+  if (!c.Within(kFactor)) c = CalibrateAndRun();
+  EXPECT_LT(c.prefill_tps, c.predicted_prefill_tps * kFactor);
+  EXPECT_GT(c.prefill_tps, c.predicted_prefill_tps / kFactor);
+  EXPECT_LT(c.decode_tps, c.predicted_decode_tps * kFactor);
+  EXPECT_GT(c.decode_tps, c.predicted_decode_tps / kFactor);
+  EXPECT_LT(c.ttft_s, c.predicted_ttft_s * kFactor);
+  EXPECT_GT(c.ttft_s, c.predicted_ttft_s / kFactor);
 }
 
 }  // namespace

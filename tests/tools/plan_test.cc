@@ -147,5 +147,157 @@ TEST_F(PlanCli, CalibrateWritesAProfile) {
   EXPECT_TRUE(LoadProfile(dir_ + "/cache/tandem/profile-cpu.v3.json").ok());
 }
 
+// ---- The host memory account, and plans that cannot work as asked (warnings, or one-line errors) ----
+
+// The lines of `text` that start with `prefix` and contain `needle`.
+int LinesWith(const std::string& text, const std::string& prefix, const std::string& needle) {
+  int n = 0;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(start, end - start);
+    n += line.rfind(prefix, 0) == 0 && line.find(needle) != std::string::npos;
+    start = end + 1;
+  }
+  return n;
+}
+
+uint64_t AccountParts(const nlohmann::json& m) {
+  uint64_t sum = 0;
+  for (const char* k : {"weights", "mapped", "repacked", "kv", "staging", "activations", "workspace"}) {
+    sum += m[k].get<uint64_t>();
+  }
+  return sum;
+}
+
+TEST_F(PlanCli, ModelLargerThanRamWithNoGpuWarnsAndPredictsDiskSpeed) {
+  const std::string model = "-m " + ModelPath("stories260K-moe4.gguf") + " --device none";
+  const nlohmann::json fits = PlanJson(model + " --host-ram 1GiB");
+  const uint64_t total = fits["memory"]["host"]["total"].get<uint64_t>();
+  EXPECT_EQ(fits["memory"]["host_paged_bytes"].get<uint64_t>(), 0u);
+  // Less RAM than the account, more than what cannot be paged: the rest of the weights come from disk.
+  const uint64_t mapped = fits["memory"]["host"]["mapped"].get<uint64_t>();
+  const uint64_t ram = total - mapped / 2;
+  const std::string small = model + " --host-ram " + std::to_string(ram);
+  const nlohmann::json paged = PlanJson(small);
+  EXPECT_EQ(paged["memory"]["host_paged_bytes"].get<uint64_t>(), total - ram);
+  EXPECT_GT(paged["memory"]["disk_bytes_per_decode_token"].get<uint64_t>(), 0u);
+  EXPECT_LT(paged["predicted"]["decode_tps"].get<double>(), fits["predicted"]["decode_tps"].get<double>());
+  EXPECT_EQ(paged["warnings"].size(), 1u) << paged["warnings"];
+
+  const CmdResult r = Plan(small);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(LinesWith(r.err, "warning: ", "read from disk"), 1) << r.err;
+  EXPECT_NE(r.out.find("paged from disk"), std::string::npos) << r.out;
+  EXPECT_EQ(Plan(model + " --host-ram 1GiB").err.find("warning: "), std::string::npos);
+}
+
+TEST_F(PlanCli, ContextPastTheTrainedOneWarns) {
+  const std::string model = "-m " + ModelPath("stories260K-moe4.gguf") + " --device none --host-ram 1GiB";
+  const int trained = PlanJson(model)["model"]["n_ctx_train"].get<int>();
+  ASSERT_GT(trained, 0);
+  const CmdResult at = Plan(model + " -c " + std::to_string(trained));
+  ASSERT_EQ(at.exit_code, 0) << at.err;
+  EXPECT_EQ(LinesWith(at.err, "warning: ", "trained"), 0) << at.err;
+  const CmdResult past = Plan(model + " -c " + std::to_string(2 * trained));
+  ASSERT_EQ(past.exit_code, 0) << past.err;
+  EXPECT_EQ(LinesWith(past.err, "warning: ", "trained"), 1) << past.err;
+  EXPECT_EQ(PlanJson(model + " -c " + std::to_string(2 * trained))["warnings"].size(), 1u);
+}
+
+TEST_F(PlanCli, ContextThatFitsNowhereIsAnErrorThatSaysWhatFits) {
+  for (const char* device : {"none", "sim:4MiB"}) {
+    SCOPED_TRACE(device);
+    const std::string model = "-m " + ModelPath("stories260K-moe4.gguf") + " --device " + device + " --host-ram 8MiB";
+    const CmdResult r = Plan(model + " -c 1000000");
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_EQ(r.err.rfind("error: ", 0), 0u) << r.err;
+    EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << r.err;  // one line
+    const std::string key = "largest context that fits is -c ";
+    const size_t at = r.err.find(key);
+    ASSERT_NE(at, std::string::npos) << r.err;
+    const int largest = std::stoi(r.err.substr(at + key.size()));
+    EXPECT_EQ(Plan(model + " -c " + std::to_string(largest)).exit_code, 0);
+    EXPECT_NE(Plan(model + " -c " + std::to_string(largest + 1)).exit_code, 0);
+  }
+}
+
+class HostAccountCli : public PlanCli {
+ protected:
+  void SetUp() override {
+    PlanCli::SetUp();
+    // Q4_0 matrices of 16-row multiples: what the CPU repacks.
+    model_ = dir_ + "/q4_0.gguf";
+    const CmdResult r = RunCommand(TandemBin() + " synth --arch mixtral --layers 2 --embd 256 --ff 512 --heads 4 " +
+                                   "--kv-heads 2 --experts 4 --experts-used 2 --type Q4_0 --zeros -o " + model_);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+  nlohmann::json PlanWithRepack(const char* repack, const std::string& args) {
+    const CmdResult r = RunCommand(std::string("TANDEM_REPACK=") + repack + " XDG_CACHE_HOME=" + dir_ + "/cache " +
+                                   TandemBin() + " plan --profile " + profile_ + " --json -m " + model_ + " " + args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return r.exit_code == 0 ? nlohmann::json::parse(r.out) : nlohmann::json::object();
+  }
+  std::string model_;
+};
+
+TEST_F(HostAccountCli, AddsUpAndFollowsTheRepackSetting) {
+  const nlohmann::json off = PlanWithRepack("0", "--device none --host-ram 4GiB");
+  const nlohmann::json on = PlanWithRepack("1", "--device none --host-ram 4GiB");
+  for (const nlohmann::json* j : {&off, &on}) {
+    const nlohmann::json& host = (*j)["memory"]["host"];
+    EXPECT_EQ(host["total"].get<uint64_t>(), AccountParts(host)) << host;
+    EXPECT_GT(host["kv"].get<uint64_t>(), 0u);
+    EXPECT_GT(host["activations"].get<uint64_t>(), 0u);
+  }
+  EXPECT_FALSE(off["memory"]["cpu_repack"].get<bool>());
+  EXPECT_TRUE(on["memory"]["cpu_repack"].get<bool>());
+  EXPECT_EQ(off["memory"]["host"]["repacked"].get<uint64_t>(), 0u);
+  const uint64_t mapped_off = off["memory"]["host"]["mapped"].get<uint64_t>();
+  const uint64_t mapped_on = on["memory"]["host"]["mapped"].get<uint64_t>();
+  const uint64_t repacked = on["memory"]["host"]["repacked"].get<uint64_t>();
+  EXPECT_GT(repacked, 0u);
+  EXPECT_LT(mapped_on, mapped_off);
+  // 16 Q4_0 blocks of 18 bytes pack into one of 288: the copies take what the pages they replace took.
+  EXPECT_EQ(mapped_off - mapped_on, repacked);
+  // Streamed units' pinned copies are host weights too, beside the mapped and repacked ones.
+  const nlohmann::json streamed = PlanWithRepack("0", "--device sim:256MiB --stream-layers 2");
+  EXPECT_GT(streamed["memory"]["host"]["weights"].get<uint64_t>(), 0u);
+  EXPECT_EQ(streamed["memory"]["host"]["total"].get<uint64_t>(), AccountParts(streamed["memory"]["host"]));
+}
+
+TEST_F(HostAccountCli, RepackingGivesWayWhenItsCopiesDoNotFit) {
+  const nlohmann::json on = PlanWithRepack("1", "--device none --host-ram 4GiB");
+  const nlohmann::json& host = on["memory"]["host"];
+  // Room for everything but the copies: computing from the file's pages, paged where they do not fit, is safer.
+  const uint64_t ram = host["total"].get<uint64_t>() - host["repacked"].get<uint64_t>() / 2;
+  const nlohmann::json tight = PlanWithRepack("1", "--device none --host-ram " + std::to_string(ram));
+  EXPECT_FALSE(tight["memory"]["cpu_repack"].get<bool>());
+  EXPECT_EQ(tight["memory"]["host"]["repacked"].get<uint64_t>(), 0u);
+  EXPECT_GT(tight["memory"]["host_paged_bytes"].get<uint64_t>(), 0u);
+  int gave_way = 0;
+  for (const nlohmann::json& w : tight["warnings"]) gave_way += w.get<std::string>().find("repacked") != std::string::npos;
+  EXPECT_EQ(gave_way, 1) << tight["warnings"];
+}
+
+TEST_F(PlanCli, RunAndBenchApplyTheSameChecks) {
+  const std::string model = " -m " + ModelPath("stories260K-moe4.gguf") + " --device none";
+  const std::string env = "XDG_CACHE_HOME=" + dir_ + "/cache ";
+  CmdResult r = RunCommand(env + TandemBin() + " run" + model + " --host-ram 8MiB -c 1000000 -n 1 -p hi");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_EQ(r.err.rfind("error: ", 0), 0u) << r.err;
+  EXPECT_NE(r.err.find("largest context that fits"), std::string::npos) << r.err;
+
+  r = RunCommand(env + TandemBin() + " run" + model + " --host-ram 1GiB -c 4096 -n 2 -p hi --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(LinesWith(r.err, "warning: ", "trained"), 1) << r.err;
+  EXPECT_TRUE(nlohmann::json::parse(r.out).contains("tokens"));  // stdout stays one JSON object
+
+  r = RunCommand(env + TandemBin() + " bench" + model + " --host-ram 1MiB -p 0 -n 2 -r 1");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(LinesWith(r.err, "warning: ", "read from disk"), 1) << r.err;
+}
+
 }  // namespace
 }  // namespace tandem
