@@ -3,14 +3,17 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <vector>
 
+#include "absl/strings/strip.h"
 #include "core/status.h"
+#include "graph/placement.h"
 
 namespace tandem::cli {
 namespace {
 
-constexpr double kWidth = 960, kLeft = 90, kRight = 30, kTop = 118, kPanelHeight = 170, kPanelGap = 46;
+constexpr double kWidth = 960, kLeft = 90, kRight = 30, kTop = 136, kPanelHeight = 170, kPanelGap = 46;
 constexpr const char* kAutoColor = "#d62728";
 
 std::string Escape(const std::string& s) {
@@ -39,6 +42,19 @@ std::vector<double> NiceTicks(double hi, int max_ticks = 5) {
   }
   std::vector<double> ticks;
   for (int i = 0; i * step < hi + step * 0.999; ++i) ticks.push_back(i * step);
+  return ticks;
+}
+
+// Powers of ten covering [lo, hi] (both > 0), with 2 and 5 between them when the range is narrow.
+std::vector<double> LogTicks(double lo, double hi) {
+  const int a = static_cast<int>(std::floor(std::log10(lo))), b = static_cast<int>(std::ceil(std::log10(hi)));
+  std::vector<double> ticks;
+  for (int e = a; e <= b; ++e) {
+    for (double m : b - a <= 2 ? std::vector<double>{1, 2, 5} : std::vector<double>{1}) {
+      const double t = m * std::pow(10.0, e);
+      if (t >= std::pow(10.0, a) && t <= std::pow(10.0, b)) ticks.push_back(t);
+    }
+  }
   return ticks;
 }
 
@@ -82,18 +98,28 @@ class Writer {
 
   void DrawPanel(const Panel& p, int index, bool x_labels) {
     const double top = kTop + index * (kPanelHeight + kPanelGap), bottom = top + kPanelHeight;
-    double hi = p.budget;
+    double hi = p.budget, lo = std::numeric_limits<double>::infinity();
     for (const Series& s : p.series) {
       for (const SweepResult& res : r_.results) {
-        if (res.ok) hi = std::max(hi, s.value(res));
+        if (!res.ok) continue;
+        hi = std::max(hi, s.value(res));
+        if (s.value(res) > 0) lo = std::min(lo, s.value(res));
       }
     }
-    const std::vector<double> ticks = NiceTicks(hi * 1.05);
+    // A log scale when the values span more than 10x (a prediction far from the measurement), so the measured
+    // curve keeps its shape instead of lying flat along the bottom.
+    const bool log = std::isfinite(lo) && hi / lo > 10;
+    const std::vector<double> ticks = log ? LogTicks(lo, hi) : NiceTicks(hi * 1.05);
     const double y_max = ticks.back() > 0 ? ticks.back() : 1;
-    auto Y = [&](double v) { return bottom - kPanelHeight * v / y_max; };
+    const double log_lo = log ? std::log10(ticks.front()) : 0, log_hi = log ? std::log10(ticks.back()) : 1;
+    auto Y = [&](double v) {
+      if (!log) return bottom - kPanelHeight * v / y_max;
+      if (v <= 0) return bottom;
+      return bottom - kPanelHeight * (std::log10(v) - log_lo) / (log_hi - log_lo);
+    };
     out_ += Cat("<g id=\"panel-", index, "\">\n");
     out_ += Cat("<text x=\"", Num(kLeft), "\" y=\"", Num(top - 8), "\" class=\"panel-title\">", Escape(p.title),
-                "</text>\n");
+                log ? " (log scale)" : "", "</text>\n");
     for (double t : ticks) {
       out_ += Cat("<line x1=\"", Num(kLeft), "\" y1=\"", Num(Y(t)), "\" x2=\"", Num(kLeft + plot_width_), "\" y2=\"",
                   Num(Y(t)), "\" class=\"grid\"/>\n");
@@ -117,7 +143,8 @@ class Writer {
       out_ += Cat("<text x=\"", Num(kLeft + plot_width_ - 4), "\" y=\"", Num(Y(p.budget) - 4),
                   "\" text-anchor=\"end\" class=\"note\">VRAM budget</text></g>\n");
     }
-    for (const Series& s : p.series) DrawSeries(s, p.color, Y);
+    // Predicted first, so that where the two agree the measured line is the one on top.
+    for (auto s = p.series.rbegin(); s != p.series.rend(); ++s) DrawSeries(*s, p.color, Y);
     DrawAuto(p, Y);
     DrawInfeasible(bottom);
     out_ += "</g>\n";
@@ -129,8 +156,9 @@ class Writer {
     const double bottom = kTop + n_panels * kPanelHeight + (n_panels - 1) * kPanelGap;
     out_ += Cat("<g id=\"knee\"><line x1=\"", Num(X(k.x)), "\" y1=\"", Num(kTop), "\" x2=\"", Num(X(k.x)), "\" y2=\"",
                 Num(bottom), "\" class=\"knee\"/>");
-    out_ += Cat("<text x=\"", Num(X(k.x) + 5), "\" y=\"", Num(kTop + 14), "\" class=\"note\">knee: ",
-                Escape(k.point.label), "</text></g>\n");
+    const bool near_right = X(k.x) > kLeft + plot_width_ - 140;  // the label goes left of the line there
+    out_ += Cat("<text x=\"", Num(X(k.x) + (near_right ? -5 : 5)), "\" y=\"", Num(kTop + 14), "\" text-anchor=\"",
+                near_right ? "end" : "start", "\" class=\"note\">knee: ", Escape(k.point.label), "</text></g>\n");
   }
 
  private:
@@ -157,7 +185,8 @@ class Writer {
     if (!r_.auto_index || !r_.results[*r_.auto_index].ok) return;
     const SweepResult& a = r_.results[*r_.auto_index];
     out_ += "<g class=\"auto-plan\">";
-    for (const Series& s : p.series) {
+    for (auto it = p.series.rbegin(); it != p.series.rend(); ++it) {  // measured on top, as for the lines
+      const Series& s = *it;
       const double cx = X(a.x), cy = Y(s.value(a));
       out_ += Cat("<path d=\"M", Num(cx), " ", Num(cy - 7), " L", Num(cx + 7), " ", Num(cy), " L", Num(cx), " ",
                   Num(cy + 7), " L", Num(cx - 7), " ", Num(cy), " Z\" fill=\"", s.predicted ? "white" : kAutoColor,
@@ -189,31 +218,32 @@ class Writer {
 };
 
 void DrawLegend(std::string& out, bool any_infeasible) {
-  const double y = 86;
+  const double y = 100;
   double x = kLeft;
   out += "<g id=\"legend\">";
-  auto item = [&](const std::string& symbol, const std::string& label, double width) {
+  // Each item: its symbol in 24 px, then its label; the next starts after the label (about 6.2 px a character).
+  auto item = [&](const std::string& symbol, const std::string& label) {
     out += symbol + Cat("<text x=\"", Num(x + 30), "\" y=\"", Num(y + 4), "\">", label, "</text>");
-    x += width;
+    x += 30 + 6.2 * label.size() + 16;
   };
   item(Cat("<line x1=\"", Num(x), "\" y1=\"", Num(y), "\" x2=\"", Num(x + 24), "\" y2=\"", Num(y),
            "\" stroke=\"#333\" stroke-width=\"2\"/><circle cx=\"", Num(x + 12), "\" cy=\"", Num(y),
            "\" r=\"3.5\" fill=\"#333\"/>"),
-       "measured", 120);
+       "measured");
   item(Cat("<line x1=\"", Num(x), "\" y1=\"", Num(y), "\" x2=\"", Num(x + 24), "\" y2=\"", Num(y),
            "\" stroke=\"#333\" stroke-width=\"2\" stroke-dasharray=\"6 4\"/><circle cx=\"", Num(x + 12), "\" cy=\"",
            Num(y), "\" r=\"3.5\" fill=\"white\" stroke=\"#333\"/>"),
-       "predicted by the planner", 220);
+       "predicted by the planner");
   item(Cat("<path d=\"M", Num(x + 12), " ", Num(y - 7), " L", Num(x + 19), " ", Num(y), " L", Num(x + 12), " ",
            Num(y + 7), " L", Num(x + 5), " ", Num(y), " Z\" fill=\"", kAutoColor, "\"/>"),
-       "auto plan", 120);
+       "auto plan");
   item(Cat("<line x1=\"", Num(x + 12), "\" y1=\"", Num(y - 8), "\" x2=\"", Num(x + 12), "\" y2=\"", Num(y + 8),
            "\" class=\"knee\"/>"),
-       "knee: fewest layers within 5% of the best decode", 330);
+       "knee: fewest layers within 5% of best decode");
   if (any_infeasible) {
     item(Cat("<path d=\"M", Num(x + 7), " ", Num(y - 5), " L", Num(x + 17), " ", Num(y + 5), " M", Num(x + 7), " ",
              Num(y + 5), " L", Num(x + 17), " ", Num(y - 5), "\" stroke=\"#777\" stroke-width=\"2\"/>"),
-         "did not fit", 120);
+         "did not fit");
   }
   out += "</g>\n";
 }
@@ -221,16 +251,20 @@ void DrawLegend(std::string& out, bool any_infeasible) {
 }  // namespace
 
 std::string SweepSvg(const SweepReport& r) {
-  double max_vram = 0, max_pcie = 0;
+  double max_vram = 0, max_pcie = 0, budget_bytes = 0;
   for (const SweepResult& res : r.results) {
     max_vram = std::max({max_vram, static_cast<double>(res.peak_vram_bytes),
-                         static_cast<double>(res.predicted_vram_bytes), static_cast<double>(res.vram_budget_bytes)});
+                         static_cast<double>(res.predicted_vram_bytes)});
     max_pcie = std::max({max_pcie, static_cast<double>(res.pcie_bytes_per_decode_token),
                          static_cast<double>(res.predicted_pcie_bytes_per_decode_token)});
+    budget_bytes = std::max(budget_bytes, static_cast<double>(res.vram_budget_bytes));
   }
-  const ByteUnit vram = UnitFor(max_vram), pcie = UnitFor(max_pcie);
-  double budget = 0;
-  for (const SweepResult& res : r.results) budget = std::max(budget, res.vram_budget_bytes / vram.bytes);
+  // The budget line only when the use comes near it; a 12 GiB line over a few MiB would flatten the curves.
+  const bool budget_on_scale = budget_bytes > 0 && budget_bytes <= 1.5 * max_vram;
+  const ByteUnit vram = UnitFor(budget_on_scale ? budget_bytes : max_vram), pcie = UnitFor(max_pcie);
+  const double budget = budget_on_scale ? budget_bytes / vram.bytes : 0;
+  const std::string budget_note =
+      budget_bytes > 0 && !budget_on_scale ? Cat("; the budget, ", FormatBytes(budget_bytes), ", is far above") : "";
   const std::vector<Panel> panels = {
       {"decode tokens/s", "#1f77b4",
        {{"decode-measured", false, [](const SweepResult& s) { return s.decode_tps; }},
@@ -238,7 +272,7 @@ std::string SweepSvg(const SweepReport& r) {
       {"prefill tokens/s", "#ff7f0e",
        {{"prefill-measured", false, [](const SweepResult& s) { return s.prefill_tps; }},
         {"prefill-predicted", true, [](const SweepResult& s) { return s.predicted_prefill_tps; }}}},
-      {Cat("VRAM (", vram.name, "): allocator peak, and the plan's account"), "#2ca02c",
+      {Cat("VRAM (", vram.name, "): allocator peak, and the plan's account", budget_note), "#2ca02c",
        {{"vram-measured", false, [=](const SweepResult& s) { return s.peak_vram_bytes / vram.bytes; }},
         {"vram-predicted", true, [=](const SweepResult& s) { return s.predicted_vram_bytes / vram.bytes; }}},
        budget},
@@ -263,7 +297,11 @@ std::string SweepSvg(const SweepReport& r) {
              " on ", Escape(r.device), "</text>\n");
   out += Cat("<text x=\"", Num(kLeft), "\" y=\"52\">", r.n_layer, " layers; prefill ", r.n_prompt,
              " tokens, decode ", r.n_gen, " tokens; ", r.reps, " repetitions, ", r.n_threads,
-             " CPU threads; mean of the repetitions</text>\n");
+             r.n_threads == 1 ? " CPU thread" : " CPU threads", "; mean of the repetitions</text>\n");
+  if (r.auto_index) {
+    out += Cat("<text x=\"", Num(kLeft), "\" y=\"70\" class=\"note\" id=\"auto-why\">auto plan: ",
+               Escape(std::string(absl::StripPrefix(r.results[*r.auto_index].plan_why, "auto: "))), "</text>\n");
+  }
   bool any_infeasible = false;
   for (const SweepResult& res : r.results) any_infeasible = any_infeasible || (!res.ok && !res.point.is_auto);
   DrawLegend(out, any_infeasible);

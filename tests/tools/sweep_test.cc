@@ -99,7 +99,7 @@ SweepResult Measured(int count, double decode_tps) {
   r.predicted_prefill_tps = 9 * decode_tps;
   r.peak_vram_bytes = static_cast<uint64_t>(count) << 20;
   r.predicted_vram_bytes = static_cast<uint64_t>(count) << 20;
-  r.vram_budget_bytes = 8 << 20;
+  r.vram_budget_bytes = 5 << 20;
   return r;
 }
 
@@ -208,17 +208,20 @@ SvgElements ParseSvg(const std::string& svg, std::string* error) {
   return out;
 }
 
-void ExpectSweepSvg(const std::string& svg, bool infeasible) {
+void ExpectSweepSvg(const std::string& svg, bool infeasible, bool budget_line) {
   std::string error;
   const SvgElements e = ParseSvg(svg, &error);
   ASSERT_TRUE(error.empty()) << error;
   ASSERT_FALSE(e.names.empty());
   EXPECT_EQ(e.names.front(), "svg");
   for (const char* id : {"decode-measured", "decode-predicted", "prefill-measured", "prefill-predicted",
-                         "vram-measured", "vram-predicted", "pcie-measured", "pcie-predicted", "vram-budget", "knee",
-                         "legend", "title", "x-label"}) {
+                         "vram-measured", "vram-predicted", "pcie-measured", "pcie-predicted", "knee", "legend",
+                         "title", "x-label", "auto-why"}) {
     EXPECT_TRUE(e.ids.count(id)) << id;
   }
+  // The budget is a line when the use comes near it, else a note in the panel's title.
+  EXPECT_EQ(e.ids.count("vram-budget"), budget_line ? 1u : 0u);
+  EXPECT_EQ(e.text.find("is far above") == std::string::npos, budget_line);
   EXPECT_TRUE(e.classes.count("auto-plan"));
   EXPECT_EQ(e.classes.count("infeasible"), infeasible ? 1u : 0u);
   for (const char* words : {"tandem sweep", "decode tokens/s", "prefill tokens/s", "VRAM", "PCIe", "knee", "auto"}) {
@@ -228,7 +231,7 @@ void ExpectSweepSvg(const std::string& svg, bool infeasible) {
 
 TEST(SweepSvg, WellFormedWithEverySeriesAndMarker) {
   const std::string svg = cli::SweepSvg(Report());
-  ExpectSweepSvg(svg, /*infeasible=*/true);
+  ExpectSweepSvg(svg, /*infeasible=*/true, /*budget_line=*/true);
   EXPECT_NE(svg.find("tiny &lt;mixtral&gt; on sim:8MiB"), std::string::npos);  // escaped title
 }
 
@@ -281,7 +284,7 @@ TEST_F(SweepCli, WritesCsvAndSvgForEveryLayerCountAndAuto) {
   EXPECT_EQ(Row(csv, 1)["peak_vram_bytes"], "0");  // nothing on the GPU, nothing allocated there
   EXPECT_GT(std::stoull(Row(csv, 4)["peak_vram_bytes"]), std::stoull(Row(csv, 2)["peak_vram_bytes"]));
   EXPECT_EQ(Row(csv, 5)["point"], "auto");
-  ExpectSweepSvg(test::ReadFile(out + ".svg"), /*infeasible=*/false);
+  ExpectSweepSvg(test::ReadFile(out + ".svg"), /*infeasible=*/false, /*budget_line=*/false);  // 0.4 MiB used of 58
 }
 
 TEST_F(SweepCli, InfeasiblePointIsARowNotAFailure) {
@@ -300,7 +303,7 @@ TEST_F(SweepCli, InfeasiblePointIsARowNotAFailure) {
   EXPECT_NE(j["points"][3]["note"].get<std::string>().find("VRAM"), std::string::npos);
   EXPECT_EQ(j["points"][0]["status"], "ok");
   EXPECT_EQ(j["points"][4]["status"], "ok");  // auto fits itself to the budget
-  ExpectSweepSvg(test::ReadFile(out + ".svg"), /*infeasible=*/true);
+  ExpectSweepSvg(test::ReadFile(out + ".svg"), /*infeasible=*/true, /*budget_line=*/true);
 }
 
 TEST_F(SweepCli, OverExpertsKeepsAttentionOnTheGpu) {
