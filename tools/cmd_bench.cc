@@ -2,27 +2,21 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <chrono>
-#include <cmath>
 #include <cstdio>
-#include <ctime>
 #include <map>
-#include <numeric>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_split.h"
 #include "core/status.h"
-#include "cpu_backend/read_bandwidth.h"
 #include "graph/engine.h"
-#include "graph/partitioner.h"
 #include "nlohmann/json.hpp"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
 #include "tools/placement_flags.h"
 #include "tools/placement_request.h"
 #include "tools/run_report.h"
+#include "tools/throughput.h"
 
 namespace tandem::cli {
 namespace {
@@ -100,37 +94,6 @@ absl::StatusOr<BenchFlags> ParseBenchFlags(std::span<const std::string> argv, bo
   return f;
 }
 
-// Weight bytes one decoded token reads, as the cost model counts them from the model's own unit functions: every
-// matrix once, the k routed experts of each MoE layer, one embedding row.
-uint64_t DecodeBytesPerToken(const ModelSchema& model) {
-  double bytes = 0;
-  for (const UnitSpec& u : BuildUnits(model)) bytes += WorkOf(u, 1, 1, 2).weight_bytes_read;
-  return static_cast<uint64_t>(bytes);
-}
-
-struct TestResult {
-  int n_prompt = 0;
-  int n_gen = 0;
-  std::vector<double> ns;  // per repetition
-  double avg_ts = 0, stddev_ts = 0, avg_ns = 0, stddev_ns = 0;
-  double gbps = 0;          // decode only: weight bytes per second
-  double probe_gbps = 0;    // read probe interleaved with the decode tokens
-};
-
-void Summarize(TestResult& r) {
-  const int tokens = r.n_prompt + r.n_gen;
-  std::vector<double> ts;
-  for (double ns : r.ns) ts.push_back(tokens * 1e9 / ns);
-  auto mean_sd = [](const std::vector<double>& v, double* mean, double* sd) {
-    *mean = std::accumulate(v.begin(), v.end(), 0.0) / v.size();
-    double ss = 0;
-    for (double x : v) ss += (x - *mean) * (x - *mean);
-    *sd = v.size() > 1 ? std::sqrt(ss / (v.size() - 1)) : 0.0;
-  };
-  mean_sd(ts, &r.avg_ts, &r.stddev_ts);
-  mean_sd(r.ns, &r.avg_ns, &r.stddev_ns);
-}
-
 }  // namespace
 
 int CmdBench(std::span<const std::string> argv) {
@@ -156,74 +119,20 @@ int CmdBench(std::span<const std::string> argv) {
   Engine& e = **engine_or;
   const ModelConfig& cfg = e.config();
   const int n_threads = f.n_threads > 0 ? f.n_threads : omp_get_max_threads();
-  const uint64_t decode_bytes = DecodeBytesPerToken(e.model());
 
-  std::unique_ptr<cpu::ReadBandwidthProbe> probe;
-  if (f.probe) probe = std::make_unique<cpu::ReadBandwidthProbe>();
-
-  std::mt19937 rng(42);
-  std::vector<int32_t> tokens(std::max(max_p, 1));
-  for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % cfg.n_vocab);
-  std::vector<float> logits(cfg.n_vocab);
-  using Clock = std::chrono::steady_clock;
-
-  auto run_pp = [&](int n) -> absl::Status {
-    return e.Prefill(std::span<const int32_t>(tokens.data(), n), 0, false, logits.data());
-  };
-  // Decode: n tokens, their time summed into *ns. With `probed`, before every token the probe reads about the
-  // token's weight bytes, so probe and kernel alternate every few milliseconds and see the same memory load (on a
-  // shared host it swings by 2x within a second); the probe's bytes and seconds add up separately, untimed.
-  double probe_bytes = 0, probe_sec = 0;
-  auto run_tg = [&](int n, bool probed, double* ns) -> absl::Status {
-    const auto slice = probed ? static_cast<double>(probe->SliceBytes(decode_bytes)) : 0.0;
-    int32_t tok = tokens[0];
-    *ns = 0;
-    for (int i = 0; i < n; ++i) {
-      if (probed) {
-        probe_sec += slice / (probe->Run(decode_bytes) * 1e9);
-        probe_bytes += slice;
-      }
-      const auto t0 = Clock::now();
-      TANDEM_RETURN_IF_ERROR(e.executor().Forward(std::span<const int32_t>(&tok, 1), i, 1, logits.data()));
-      *ns += std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
-      tok = static_cast<int32_t>((tok + 1) % cfg.n_vocab);
-    }
-    return absl::OkStatus();
-  };
-
-  std::vector<TestResult> results;
-  auto measure = [&](int p, int n) -> absl::Status {
-    TestResult r{.n_prompt = p, .n_gen = n};
-    double ns = 0;
-    TANDEM_RETURN_IF_ERROR(p > 0 ? run_pp(p) : run_tg(std::min(n, 4), false, &ns));  // warm-up
-    probe_bytes = probe_sec = 0;
-    for (int rep = 0; rep < f.reps; ++rep) {
-      if (n > 0) {
-        TANDEM_RETURN_IF_ERROR(run_tg(n, probe != nullptr, &ns));
-      } else {
-        const auto t0 = Clock::now();
-        TANDEM_RETURN_IF_ERROR(run_pp(p));
-        ns = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
-      }
-      r.ns.push_back(ns);
-    }
-    Summarize(r);
-    if (n > 0) {
-      r.gbps = decode_bytes * r.avg_ts * 1e-9;
-      if (probe_sec > 0) r.probe_gbps = probe_bytes / probe_sec * 1e-9;
-    }
-    results.push_back(r);
-    return absl::OkStatus();
-  };
+  ThroughputMeter meter(e, {.reps = f.reps, .max_prompt = std::max(max_p, 1), .probe = f.probe});
+  std::vector<ThroughputResult> results;
   for (int p : f.n_prompt) {
-    if (p > 0) {
-      if (absl::Status st = measure(p, 0); !st.ok()) return Fail(st);
-    }
+    if (p == 0) continue;
+    absl::StatusOr<ThroughputResult> r = meter.Prefill(p);
+    if (!r.ok()) return Fail(r.status());
+    results.push_back(*r);
   }
   for (int n : f.n_gen) {
-    if (n > 0) {
-      if (absl::Status st = measure(0, n); !st.ok()) return Fail(st);
-    }
+    if (n == 0) continue;
+    absl::StatusOr<ThroughputResult> r = meter.Decode(n);
+    if (!r.ok()) return Fail(r.status());
+    results.push_back(*r);
   }
 
   // Named after the type holding the most bytes, as llama-bench names a file by its main quantization.
@@ -243,7 +152,7 @@ int CmdBench(std::span<const std::string> argv) {
   const std::string plan_why = e.plan().why;
   if (f.output == "json") {
     nlohmann::json arr = nlohmann::json::array();
-    for (const TestResult& r : results) {
+    for (const ThroughputResult& r : results) {
       arr.push_back({{"build_commit", TANDEM_VERSION},
                      {"model_filename", f.model},
                      {"model_type", model_type},
@@ -273,7 +182,7 @@ int CmdBench(std::span<const std::string> argv) {
     std::printf("| model | size | params | threads | test | t/s | GB/s (probe) |\n");
     std::printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   }
-  for (const TestResult& r : results) {
+  for (const ThroughputResult& r : results) {
     const std::string test = r.n_prompt > 0 ? Cat("pp", r.n_prompt) : Cat("tg", r.n_gen);
     if (csv) {
       std::printf("%s,%llu,%llu,%d,%s,%.3f,%.3f,%.2f,%.2f,\"%s\"\n", model_type.c_str(),

@@ -13,5 +13,6 @@ int CmdPlan(std::span<const std::string> args);
 int CmdBench(std::span<const std::string> args);
 int CmdSynth(std::span<const std::string> args);
 int CmdCalibrate(std::span<const std::string> args);
+int CmdSweep(std::span<const std::string> args);
 
 }  // namespace tandem::cli

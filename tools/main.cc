@@ -19,6 +19,7 @@ commands:
   inspect    show a GGUF file's metadata, tensors and bytes per group
   tokenize   show the token ids of a text
   bench      measure prefill and decode tokens/s
+  sweep      measure tokens/s over GPU layers from none to all, next to the plan; writes CSV and SVG
   synth      write a random-weight GGUF of real model shapes
   calibrate  measure this machine for the cost model
 
@@ -51,5 +52,6 @@ int main(int argc, char** argv) {
   if (cmd == "bench") return CmdBench(args);
   if (cmd == "synth") return CmdSynth(args);
   if (cmd == "calibrate") return CmdCalibrate(args);
+  if (cmd == "sweep") return CmdSweep(args);
   return Fail("unknown command '" + std::string(cmd) + "' (see tandem --help)");
 }
