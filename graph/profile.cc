@@ -34,16 +34,17 @@ json RatesToJson(const std::map<DType, double>& rates) {
   return j;
 }
 
-absl::Status RatesFromJson(const json& j, const char* key, std::map<DType, double>* out) {
+// A map of type name -> number: rates must be > 0; spreads (positive = false) >= 0, 0 being a steady figure.
+absl::Status RatesFromJson(const json& j, const char* key, std::map<DType, double>* out, bool positive = true) {
   if (!j.contains(key)) return absl::OkStatus();
   const json& m = j.at(key);
-  if (!m.is_object()) return InvalidArgument("profile: '", key, "' must be an object of type name -> rate");
+  if (!m.is_object()) return InvalidArgument("profile: '", key, "' must be an object of type name -> number");
   out->clear();
   for (const auto& [name, value] : m.items()) {
     std::optional<DType> t = DTypeFromName(name);
     if (!t) return InvalidArgument("profile: '", key, "' names unknown weight type '", name, "'");
-    if (!value.is_number() || !(value.get<double>() > 0)) {
-      return InvalidArgument("profile: '", key, ".", name, "' must be a positive number");
+    if (!value.is_number() || !(positive ? value.get<double>() > 0 : value.get<double>() >= 0)) {
+      return InvalidArgument("profile: '", key, ".", name, "' must be a number ", positive ? "> 0" : ">= 0");
     }
     (*out)[*t] = value.get<double>();
   }
@@ -95,23 +96,6 @@ absl::Status HostFromJson(const json& j, HostIdentity* h) {
       return InvalidArgument("profile: 'host.", key, "' must be a non-negative integer");
     }
     *out = j[key].get<int>();
-  }
-  return absl::OkStatus();
-}
-
-// Spreads are >= 0 (a rate's are checked > 0 by RatesFromJson; a spread of 0 is a steady figure).
-absl::Status SpreadsFromJson(const json& j, const char* key, std::map<DType, double>* out) {
-  if (!j.contains(key)) return absl::OkStatus();
-  const json& m = j.at(key);
-  if (!m.is_object()) return InvalidArgument("profile: '", key, "' must be an object of type name -> spread");
-  out->clear();
-  for (const auto& [name, value] : m.items()) {
-    std::optional<DType> t = DTypeFromName(name);
-    if (!t) return InvalidArgument("profile: '", key, "' names unknown weight type '", name, "'");
-    if (!value.is_number() || !(value.get<double>() >= 0)) {
-      return InvalidArgument("profile: '", key, ".", name, "' must be a number >= 0");
-    }
-    (*out)[*t] = value.get<double>();
   }
   return absl::OkStatus();
 }
@@ -241,8 +225,8 @@ absl::StatusOr<MachineProfile> ProfileFromJson(const std::string& text) {
   TANDEM_RETURN_IF_ERROR(ReadNumber(j, "cpu_decode_prefetch_gain", true, &p.cpu_decode_prefetch_gain));
   TANDEM_RETURN_IF_ERROR(ReadNumber(j, "cpu_clock_ghz", false, &p.cpu_clock_ghz));
   TANDEM_RETURN_IF_ERROR(ReadNumber(j, "cpu_attn_spread", false, &p.cpu_attn_spread));
-  TANDEM_RETURN_IF_ERROR(SpreadsFromJson(j, "cpu_gemv_spread", &p.cpu_gemv_spread));
-  TANDEM_RETURN_IF_ERROR(SpreadsFromJson(j, "cpu_gemm_spread", &p.cpu_gemm_spread));
+  TANDEM_RETURN_IF_ERROR(RatesFromJson(j, "cpu_gemv_spread", &p.cpu_gemv_spread, /*positive=*/false));
+  TANDEM_RETURN_IF_ERROR(RatesFromJson(j, "cpu_gemm_spread", &p.cpu_gemm_spread, /*positive=*/false));
   TANDEM_RETURN_IF_ERROR(ReadBytes(j, "gpu_capacity_bytes", &p.gpu_capacity_bytes));
   TANDEM_RETURN_IF_ERROR(ReadBytes(j, "gpu_library_workspace_bytes", &p.gpu_library_workspace_bytes));
   TANDEM_RETURN_IF_ERROR(RatesFromJson(j, "cpu_gemv_gbps", &p.cpu_gemv_gbps));
