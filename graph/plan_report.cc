@@ -1,5 +1,6 @@
 #include "graph/plan_report.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "core/status.h"
@@ -76,7 +77,10 @@ nlohmann::json PlanJson(const Plan& plan, bool with_tensors) {
             {"host_paged_bytes", plan.host_paged_bytes},
             {"disk_read_gbps", plan.disk_read_gbps},
             {"disk_bytes_per_decode_token", plan.disk_bytes_per_decode_token}}},
-          {"predicted", {{"prefill_tps", plan.predicted_prefill_tps}, {"decode_tps", plan.predicted_decode_tps}}},
+          {"predicted",
+           {{"prefill_tps", plan.predicted_prefill_tps},
+            {"decode_tps", plan.predicted_decode_tps},
+            {"ttft_ms", plan.predicted_ttft_s * 1e3}}},
           {"pcie_bytes_per_token",
            {{"prefill", plan.pcie_bytes_per_prefill_token}, {"decode", plan.pcie_bytes_per_decode_token}}},
           {"warnings", plan.warnings}};
@@ -132,8 +136,11 @@ std::string PlanTable(const Plan& plan) {
   if (plan.staging_slot_bytes > 0) {
     out += Cat("staging: 2 buffers of ", FormatBytes(plan.staging_slot_bytes), "\n");
   }
-  out += Cat("\npredicted: prefill ", Fmt("%.1f", plan.predicted_prefill_tps), " tok/s (batches of ",
-             plan.prefill_batch, "), decode ", Fmt("%.2f", plan.predicted_decode_tps), " tok/s\n");
+  // The prompt's own batches: one shorter than a full batch goes as one batch of its length.
+  const int batch = plan.prompt_tokens > 0 ? std::min(plan.prefill_batch, plan.prompt_tokens) : plan.prefill_batch;
+  out += Cat("\npredicted: prefill ", Fmt("%.1f", plan.predicted_prefill_tps), " tok/s (", plan.prompt_tokens,
+             "-token prompt in batches of ", batch, ", first token in ", Fmt("%.1f", plan.predicted_ttft_s * 1e3),
+             " ms), decode ", Fmt("%.2f", plan.predicted_decode_tps), " tok/s\n");
   out += Cat("PCIe bytes per token: prefill ", FormatBytes(plan.pcie_bytes_per_prefill_token), ", decode ",
              FormatBytes(plan.pcie_bytes_per_decode_token), "\n");
   return out;
