@@ -157,7 +157,7 @@ absl::Status AddRealVocab(std::vector<GgufKV>& kv, const SynthOptions& o) {
 // 32 for 3.2); Qwen2.5 keeps the 151665 tokens it has of the Qwen3 vocabulary and pads to its 152064 rows.
 const SynthShape kShapes[] = {
     {"mixtral-8x7b", "mixtral",
-     {.shape = "mixtral-8x7b", .arch = "llama", .n_layer = 32, .n_embd = 4096, .n_ff = 14336, .n_ff_expert = 14336,
+     {.shape = "mixtral-8x7b", .arch = "llama", .n_layer = 32, .n_embd = 4096, .n_ff = 14336,
       .n_head = 32, .n_head_kv = 8, .n_expert = 8, .n_expert_used = 2, .n_vocab = 32000, .n_ctx = 32768,
       .rope_freq_base = 1e6f}},
     {"llama-2-7b", "llama",

@@ -18,7 +18,7 @@ struct SynthOptions {
   int n_layer = 32;
   int n_embd = 4096;
   int n_ff = 14336;          // the dense FFN's width
-  int n_ff_expert = 0;       // one expert's width; 0 = dense
+  int n_ff_expert = 0;       // one expert's width; 0: --ff's (Mixtral's experts are its FFN), or dense
   int n_head = 32;
   int n_head_kv = 8;
   int head_dim = 0;          // 0 = n_embd / n_head

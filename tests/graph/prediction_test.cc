@@ -28,9 +28,9 @@ class Prediction : public ::testing::Test {
   static void SetUpTestSuite() {
     g_dir = new std::string(::testing::TempDir() + "/tandem_prediction_" + std::to_string(getpid()));
     std::filesystem::create_directories(*g_dir);
-    // 2 layers of 8 experts, 1024 wide: a decoded token reads about 10 MiB, beyond the caches of most machines.
+    // 2 layers of 8 experts 4096 wide over 2048: a decoded token reads about 65 MiB, beyond the caches.
     const test::CmdResult r = test::RunCommand(
-        test::TandemBin() + " synth --arch mixtral --layers 2 --embd 1024 --ff 2048 --heads 8 --kv-heads 4 " +
+        test::TandemBin() + " synth --arch mixtral --layers 2 --embd 2048 --ff 4096 --heads 16 --kv-heads 4 " +
         "--vocab 4096 --type Q4_0 -o " + *g_dir + "/m.gguf");
     ASSERT_EQ(r.exit_code, 0) << r.err;
   }

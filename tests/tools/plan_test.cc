@@ -229,8 +229,10 @@ class HostAccountCli : public PlanCli {
     PlanCli::SetUp();
     // Q4_0 matrices of 16-row multiples: what the CPU repacks.
     model_ = dir_ + "/q4_0.gguf";
-    const CmdResult r = RunCommand(TandemBin() + " synth --arch mixtral --layers 2 --embd 256 --ff 512 --heads 4 " +
-                                   "--kv-heads 2 --experts 4 --experts-used 2 --type Q4_0 --zeros -o " + model_);
+    // Wide experts, so that the repacked copies are most of the host account.
+    const CmdResult r = RunCommand(TandemBin() + " synth --arch mixtral --layers 2 --embd 256 --ff 512 " +
+                                   "--expert-ff 14336 --heads 4 --kv-heads 2 --experts 4 --experts-used 2 " +
+                                   "--type Q4_0 --zeros -o " + model_);
     ASSERT_EQ(r.exit_code, 0) << r.err;
   }
   nlohmann::json PlanWithRepack(const char* repack, const std::string& args) {
