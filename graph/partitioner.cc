@@ -288,6 +288,7 @@ Plan Planner::Finish(const Assignment& a, uint64_t cap, std::string why) const {
   plan.prompt_tokens = in_.prompt_tokens;
   plan.gen_tokens = in_.gen_tokens;
   plan.why = std::move(why);
+  plan.rates_measured = in_.profile.kind == ProfileKind::kFull || in_.profile.kind == ProfileKind::kQuick;
   const Account acc = Measure(a);
   plan.gpu = acc.gpu;
   plan.device_accounts = acc.devices;

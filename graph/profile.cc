@@ -208,6 +208,8 @@ absl::StatusOr<MachineProfile> ProfileFromJson(const std::string& text) {
       }
     }
     if (!known) return InvalidArgument("profile: 'kind' must be one of default, settings, quick, full");
+  } else if (j.contains("cpu_gemv_gbps")) {
+    p.kind = ProfileKind::kFull;  // a file of rates that predates kinds, or written by hand: the rates are its own
   }
   for (auto [key, out] : {std::pair{"measured_at", &p.measured_at}, std::pair{"gpu_description", &p.gpu_description}}) {
     if (!j.contains(key)) continue;

@@ -55,7 +55,8 @@ nlohmann::json RunReportJson(const RunReport& r) {
     j["plan"] = PlanJson(p);
     j["predicted"] = {{"prefill_tps", p.predicted_prefill_tps}, {"decode_tps", p.predicted_decode_tps},
                       {"ttft_ms", p.predicted_ttft_s * 1e3},  {"peak_vram_bytes", PredictedVram(p)},
-                      {"peak_rss_bytes", PredictedRam(p)},   {"pcie_bytes_per_token", p.pcie_bytes_per_decode_token}};
+                      {"peak_rss_bytes", PredictedRam(p)},   {"pcie_bytes_per_token", p.pcie_bytes_per_decode_token},
+                      {"rates_measured", p.rates_measured}};
   }
   return j;
 }
@@ -78,7 +79,8 @@ std::string RunReportSummary(const RunReport& r) {
     auto row = [&](const char* what, const std::string& predicted, const std::string& measured) {
       s += absl::StrFormat("  %-16s %14s %14s\n", what, predicted, measured);
     };
-    s += absl::StrFormat("  %-16s %14s %14s\n", "the plan's", "predicted", "measured");
+    s += absl::StrFormat("  %-16s %14s %14s%s\n", "the plan's", "predicted", "measured",
+                         p.rates_measured ? "" : "   (default rates: `tandem calibrate` measures this machine)");
     row("time to first", absl::StrFormat("%.1f ms", p.predicted_ttft_s * 1e3), absl::StrFormat("%.1f ms", r.ttft_ms));
     row("prefill", absl::StrFormat("%.1f t/s", p.predicted_prefill_tps), absl::StrFormat("%.1f t/s", prompt_tps));
     row("decode", absl::StrFormat("%.1f t/s", p.predicted_decode_tps), absl::StrFormat("%.1f t/s", gen_tps));
