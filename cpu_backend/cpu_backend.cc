@@ -228,7 +228,8 @@ class CpuBackend final : public CpuBackendApi {
   // The routed (token, slot) pairs grouped by expert, then every expert with tokens. Packed experts go through
   // MatMulBatch: the gate and up products of every expert in one parallel region, then every down product in
   // another, each thread taking its own node's experts first. A pass takes as many experts as the buffers and the
-  // workspace hold; the products equal the one-by-one path's, bit for bit. Other layouts go one by one.
+  // workspace hold; the products equal the one-by-one path's, bit for bit. Other layouts go one by one. Skipped
+  // experts (a null gate, runtime/ops.h) take no part: their pairs' slots are zeroed, nothing else of out is.
   void MoeExperts(const MoeExpertsArgs& a) override {
     if (a.n_tok == 0) return;
     if (grouping_scratch_ == nullptr || matmul_scratch_ == nullptr || a.n_tok * a.k > grouping_max_pairs_ ||
@@ -237,20 +238,36 @@ class CpuBackend final : public CpuBackendApi {
                                   " experts exceed the workspace or buffers reserved"));
       return;
     }
+    const int64_t n_embd = cpu::MoeOutWidth(a);
+    if (n_embd <= 0 || (a.n_embd != 0 && a.n_embd != n_embd)) {
+      SetError(InvalidArgument("CPU MoeExperts: ", n_embd <= 0 ? "every expert is skipped and n_embd is not given"
+                                                               : Cat("n_embd ", a.n_embd, " but experts of ", n_embd)));
+      return;
+    }
     cpu::GroupByExpert(a.ids, a.weights, a.n_tok, a.k, a.n_expert, groups_);
-    const bool packed = std::all_of(a.experts, a.experts + a.n_expert, [](const ExpertMatrices& m) {
-      return cpu::IsPacked(*m.gate) && cpu::IsPacked(*m.up) && cpu::IsPacked(*m.down);
-    });
+    bool packed = true, skips = false;
+    for (int e = 0; e < a.n_expert; ++e) {
+      const ExpertMatrices& m = a.experts[e];
+      if (cpu::SkipsExpert(a, e)) {
+        skips = true;
+      } else {
+        packed = packed && cpu::IsPacked(*m.gate) && cpu::IsPacked(*m.up) && cpu::IsPacked(*m.down);
+      }
+    }
     if (!packed) {
       for (int e = 0; e < a.n_expert; ++e) {
         if (!ExpertFitsScratch(a, e)) return;
       }
-      cpu::MoeExpertsOneByOne(a, groups_, matmul_scratch_);
+      cpu::MoeExpertsOneByOne(a, groups_, matmul_scratch_);  // zeroes the skipped experts' slots itself
       return;
     }
+    if (skips) cpu::ZeroSkippedSlots(a, groups_, n_embd);
     int first = 0;  // the first expert not yet run
     while (true) {
-      while (first < a.n_expert && groups_.expert_begin[first + 1] == groups_.expert_begin[first]) ++first;
+      while (first < a.n_expert &&
+             (cpu::SkipsExpert(a, first) || groups_.expert_begin[first + 1] == groups_.expert_begin[first])) {
+        ++first;
+      }
       if (first == a.n_expert) return;
       first = ExpertPass(first, a);
     }
@@ -313,7 +330,7 @@ class CpuBackend final : public CpuBackendApi {
   // than reserved for can put more tokens on one expert than that: an error, not an overrun of the scratch.
   bool ExpertFitsScratch(const MoeExpertsArgs& a, int e) {
     const int64_t chunk = std::min(groups_.expert_begin[e + 1] - groups_.expert_begin[e], a.buf.rows);
-    if (chunk == 0) return true;
+    if (chunk == 0 || cpu::SkipsExpert(a, e)) return true;
     const ExpertMatrices& m = a.experts[e];
     for (const WeightMatrix* w : {m.gate, m.up, m.down}) {
       if (const size_t need = cpu::MatMulScratchBytes(w->type, w->cols, chunk); need > matmul_scratch_bytes_) {
@@ -325,8 +342,8 @@ class CpuBackend final : public CpuBackendApi {
     return true;
   }
 
-  // One pass over the experts from `first` on that fit together (at least `first` itself, whose pairs fit the
-  // buffers); returns the expert to go on from.
+  // One pass over the computed experts from `first` on (itself computed) that fit together (at least `first`
+  // itself, whose pairs fit the buffers); returns the expert to go on from.
   int ExpertPass(int first, const MoeExpertsArgs& a) {
     constexpr size_t kMaxExperts = cpu::kMaxBatchJobs / 2;
     const ExpertBuffers& buf = a.buf;
@@ -339,7 +356,7 @@ class CpuBackend final : public CpuBackendApi {
     int e = first;
     for (; e < a.n_expert && n < kMaxExperts; ++e) {
       const int64_t begin = groups_.expert_begin[e], count = groups_.expert_begin[e + 1] - begin;
-      if (count == 0) continue;
+      if (count == 0 || cpu::SkipsExpert(a, e)) continue;
       const ExpertMatrices& m = a.experts[e];
       if (rows + count > buf.rows) break;
       // A decode step's experts all take the one token: they read the first one's gathered row, so MatMulBatch
@@ -379,7 +396,9 @@ class CpuBackend final : public CpuBackendApi {
     const int* nodes = thread_node_.empty() ? nullptr : thread_node_.data();
     for (size_t i = 0; i < n; ++i) {
       const int64_t begin = groups_.expert_begin[ids[i]], end = groups_.expert_begin[ids[i] + 1];
-      if (x_row[i] == row0[i]) cpu::GatherExpertInputs(a, groups_, begin, end, buf.xe + row0[i] * n_embd);
+      if (x_row[i] == row0[i]) {
+        cpu::GatherExpertInputs(a, a.experts[ids[i]], groups_, begin, end, buf.xe + row0[i] * n_embd);
+      }
     }
     cpu::MatMulBatch(gate_up, 2 * n, matmul_scratch_, nodes, thread_node_.size());
     for (size_t i = 0; i < n; ++i) {

@@ -123,15 +123,23 @@ struct ExpertGroups {
 size_t MoeGroupingBytes(int64_t max_tokens, int n_expert, int k);
 ExpertGroups CarveExpertGroups(void* block, int64_t max_tokens, int n_expert, int k);
 void GroupByExpert(const int32_t* ids, const float* weights, int64_t n_tok, int k, int n_expert, ExpertGroups& g);
-// Pieces of one expert's FFN over its grouped pairs [begin, end), shared by the CPU backend and the simulated GPU.
+// Masked calls (runtime/ops.h): whether the call skips expert e; the first expert it computes (-1: none); the width
+// of x's and out's rows, from that expert or else a.n_embd (0 when every expert is skipped and n_embd is not given:
+// the caller's error); and out's rows of the pairs routed to skipped experts, zeroed (nothing else is written).
+inline bool SkipsExpert(const MoeExpertsArgs& a, int e) { return a.experts[e].gate == nullptr; }
+int FirstComputedExpert(const MoeExpertsArgs& a);
+int64_t MoeOutWidth(const MoeExpertsArgs& a);
+void ZeroSkippedSlots(const MoeExpertsArgs& a, const ExpertGroups& g, int64_t n_embd);
+// Pieces of expert m's FFN over its grouped pairs [begin, end), shared by the CPU backend and the simulated GPU.
 // xe[i] = x[rows[i]], times the routing weight when it applies to the input.
-void GatherExpertInputs(const MoeExpertsArgs& a, const ExpertGroups& g, int64_t begin, int64_t end, float* xe);
+void GatherExpertInputs(const MoeExpertsArgs& a, const ExpertMatrices& m, const ExpertGroups& g, int64_t begin,
+                        int64_t end, float* xe);
 void AddExpertGateUpBiases(const ExpertMatrices& m, int64_t n, float* gate, float* up);
 // out[slot_rows[i]] = w_i * (y[i] + down_bias) (w_i = 1 when the weight applied to the input); y gets the bias.
 void ScatterExpertOutputs(const MoeExpertsArgs& a, const ExpertMatrices& m, const ExpertGroups& g, int64_t begin,
                           int64_t end, float* y);
 // Every expert with pairs, one after another through MatMul with `matmul_scratch` (MatMulScratchBytes for
-// buf.rows tokens), in passes of buf.rows pairs: the path for any weight layout.
+// buf.rows tokens), in passes of buf.rows pairs: the path for any weight layout. Skipped experts' slots get zeros.
 void MoeExpertsOneByOne(const MoeExpertsArgs& a, const ExpertGroups& g, void* matmul_scratch);
 // The naive reference of MoeExpertsArgs' math: every (token, slot) on its own, dequantized weights, double sums
 // (activations rounded as MatMulRef rounds them).

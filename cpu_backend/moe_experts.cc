@@ -56,8 +56,31 @@ void GroupByExpert(const int32_t* ids, const float* weights, int64_t n_tok, int 
   g.expert_begin[0] = 0;
 }
 
-void GatherExpertInputs(const MoeExpertsArgs& a, const ExpertGroups& g, int64_t begin, int64_t end, float* xe) {
-  const int64_t n_embd = a.experts[0].gate->cols;
+int FirstComputedExpert(const MoeExpertsArgs& a) {
+  for (int e = 0; e < a.n_expert; ++e) {
+    if (!SkipsExpert(a, e)) return e;
+  }
+  return -1;
+}
+
+int64_t MoeOutWidth(const MoeExpertsArgs& a) {
+  const int first = FirstComputedExpert(a);
+  return first >= 0 ? a.experts[first].gate->cols : a.n_embd;
+}
+
+void ZeroSkippedSlots(const MoeExpertsArgs& a, const ExpertGroups& g, int64_t n_embd) {
+  for (int e = 0; e < a.n_expert; ++e) {
+    if (!SkipsExpert(a, e)) continue;
+    for (int64_t i = g.expert_begin[e]; i < g.expert_begin[e + 1]; ++i) {
+      float* row = a.out + static_cast<int64_t>(g.slot_rows[i]) * n_embd;
+      std::fill(row, row + n_embd, 0.0f);
+    }
+  }
+}
+
+void GatherExpertInputs(const MoeExpertsArgs& a, const ExpertMatrices& m, const ExpertGroups& g, int64_t begin,
+                        int64_t end, float* xe) {
+  const int64_t n_embd = m.gate->cols;
   for (int64_t i = begin; i < end; ++i) {
     const float* src = a.x + static_cast<int64_t>(g.rows[i]) * n_embd;
     float* dst = xe + (i - begin) * n_embd;
@@ -87,12 +110,14 @@ void ScatterExpertOutputs(const MoeExpertsArgs& a, const ExpertMatrices& m, cons
 }
 
 void MoeExpertsOneByOne(const MoeExpertsArgs& a, const ExpertGroups& g, void* matmul_scratch) {
+  ZeroSkippedSlots(a, g, MoeOutWidth(a));
   for (int e = 0; e < a.n_expert; ++e) {
+    if (SkipsExpert(a, e)) continue;
     const ExpertMatrices& m = a.experts[e];
     const int64_t n_ff = m.gate->rows;
     for (int64_t b = g.expert_begin[e]; b < g.expert_begin[e + 1]; b += a.buf.rows) {
       const int64_t end = std::min(g.expert_begin[e + 1], b + a.buf.rows), n = end - b;
-      GatherExpertInputs(a, g, b, end, a.buf.xe);
+      GatherExpertInputs(a, m, g, b, end, a.buf.xe);
       MatMul(*m.gate, a.buf.xe, n, a.buf.gate, matmul_scratch);
       MatMul(*m.up, a.buf.xe, n, a.buf.up, matmul_scratch);
       AddExpertGateUpBiases(m, n, a.buf.gate, a.buf.up);
@@ -105,14 +130,20 @@ void MoeExpertsOneByOne(const MoeExpertsArgs& a, const ExpertGroups& g, void* ma
 
 void MoeExpertsRef(const MoeExpertsArgs& a) {
   TANDEM_CHECK(a.n_expert > 0 && a.k > 0);
-  const ExpertMatrices& any = a.experts[0];
-  const int64_t n_embd = any.gate->cols, n_ff = any.gate->rows;
+  const int first = FirstComputedExpert(a);
+  const int64_t n_embd = MoeOutWidth(a), n_ff = first >= 0 ? a.experts[first].gate->rows : 0;
+  TANDEM_CHECK(n_embd > 0 && (a.n_embd == 0 || a.n_embd == n_embd));
   std::vector<float> x(n_embd), gate(n_ff), up(n_ff), down(n_embd);
   for (int64_t t = 0; t < a.n_tok; ++t) {
     for (int j = 0; j < a.k; ++j) {
       const int e = a.ids[t * a.k + j];
       TANDEM_CHECK(e >= 0 && e < a.n_expert);
       const ExpertMatrices& m = a.experts[e];
+      float* out = a.out + (static_cast<int64_t>(j) * a.n_tok + t) * n_embd;
+      if (SkipsExpert(a, e)) {
+        std::fill(out, out + n_embd, 0.0f);
+        continue;
+      }
       const float w = a.weights[t * a.k + j];
       for (int64_t i = 0; i < n_embd; ++i) x[i] = a.x[t * n_embd + i] * (a.weight_input ? w : 1.0f);
       MatMulRef(*m.gate, x.data(), 1, gate.data());
@@ -123,7 +154,6 @@ void MoeExpertsRef(const MoeExpertsArgs& a) {
       }
       GluRef(gate.data(), up.data(), n_ff, a.act, gate.data());
       MatMulRef(*m.down, gate.data(), 1, down.data());
-      float* out = a.out + (static_cast<int64_t>(j) * a.n_tok + t) * n_embd;
       for (int64_t i = 0; i < n_embd; ++i) {
         const float d = down[i] + (m.down_bias != nullptr ? m.down_bias[i] : 0.0f);
         out[i] = a.weight_input ? d : w * d;

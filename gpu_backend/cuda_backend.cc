@@ -226,8 +226,9 @@ class CudaBackend final : public Backend {
     return n > 0 && Begin(op, pointers);
   }
   absl::Status ValidateWeights(const WeightMatrix& w, std::string_view op) const;
-  // One matrix of every expert (`which` of ExpertMatrices), checked to share type, shape and stride, into `m`.
-  absl::Status CollectExperts(const MoeExpertsArgs& a, const WeightMatrix* ExpertMatrices::*which,
+  // One matrix of every computed expert (`which` of ExpertMatrices), checked to share type, shape and stride with
+  // expert `first`'s (the first computed), into `m`; a skipped expert's (null gate) data and bias are null.
+  absl::Status CollectExperts(const MoeExpertsArgs& a, int first, const WeightMatrix* ExpertMatrices::*which,
                               const float* ExpertMatrices::*bias, std::string_view name, MoeMatrices* m) const;
   // A device-readable view of an index array, or null when it lives in ordinary (pageable) host memory.
   const int32_t* DeviceView(const int32_t* p) const;
@@ -583,25 +584,32 @@ void CudaBackend::MoeRoute(const float* logits, int64_t n_tok, const MoeRoutePar
   Check(LaunchMoeRoute(logits, n_tok, p, ids, weights, compute()), "MoeRoute launch");
 }
 
-absl::Status CudaBackend::CollectExperts(const MoeExpertsArgs& a, const WeightMatrix* ExpertMatrices::*which,
+absl::Status CudaBackend::CollectExperts(const MoeExpertsArgs& a, int first,
+                                         const WeightMatrix* ExpertMatrices::*which,
                                          const float* ExpertMatrices::*bias, std::string_view name,
                                          MoeMatrices* m) const {
-  const WeightMatrix* first = a.experts[0].*which;
-  if (first == nullptr) return InvalidArgument("cuda: MoeExperts: expert 0 has no ", name, " matrix");
-  TANDEM_RETURN_IF_ERROR(ValidateWeights(*first, "MoeExperts"));
-  m->type = first->type;
-  m->rows = first->rows;
-  m->cols = first->cols;
-  m->row_stride = first->row_stride;
-  // The others need only match expert 0 and have their own rows where the type's loads want them.
-  const size_t align = RowAlignment(first->type);
+  const WeightMatrix* tmpl = a.experts[first].*which;
+  if (tmpl == nullptr) return InvalidArgument("cuda: MoeExperts: expert ", first, " has no ", name, " matrix");
+  TANDEM_RETURN_IF_ERROR(ValidateWeights(*tmpl, "MoeExperts"));
+  m->type = tmpl->type;
+  m->rows = tmpl->rows;
+  m->cols = tmpl->cols;
+  m->row_stride = tmpl->row_stride;
+  // The others need only match the first computed expert and have their own rows where the type's loads want them.
+  // A skipped expert's fields are another device's, or nothing: the kernels see null and skip its tiles.
+  const size_t align = RowAlignment(tmpl->type);
   for (int e = 0; e < a.n_expert; ++e) {
+    if (a.experts[e].gate == nullptr) {
+      m->data[e] = nullptr;
+      m->bias[e] = nullptr;
+      continue;
+    }
     const WeightMatrix* w = a.experts[e].*which;
     if (w == nullptr) return InvalidArgument("cuda: MoeExperts: expert ", e, " has no ", name, " matrix");
-    if (w->type != first->type || w->rows != first->rows || w->cols != first->cols ||
-        w->row_stride != first->row_stride || w->layout != first->layout) {
-      return InvalidArgument("cuda: MoeExperts: expert ", e, "'s ", name,
-                             " matrix differs from expert 0's in type, shape, row stride or layout");
+    if (w->type != tmpl->type || w->rows != tmpl->rows || w->cols != tmpl->cols ||
+        w->row_stride != tmpl->row_stride || w->layout != tmpl->layout) {
+      return InvalidArgument("cuda: MoeExperts: expert ", e, "'s ", name, " matrix differs from expert ", first,
+                             "'s in type, shape, row stride or layout");
     }
     if (w->data == nullptr || reinterpret_cast<uintptr_t>(w->data) % align != 0) {
       return InvalidArgument("cuda: MoeExperts: expert ", e, "'s ", name, " rows must be non-null and ", align,
@@ -619,7 +627,8 @@ absl::Status CudaBackend::CollectExperts(const MoeExpertsArgs& a, const WeightMa
 
 // The pairs are grouped by expert on the device (moe_group.cu), then each pass of at most buf.rows grouped pairs
 // runs the gate/up products with their activation into buf.gate and the down products straight into `out`
-// (moe_experts.cu). The routing stays on the device; the host only knows how many pairs there are.
+// (moe_experts.cu). The routing stays on the device; the host only knows how many pairs there are, so when the call
+// skips experts (a null gate, runtime/ops.h) it zeroes all of `out` first and the kernels leave their slots alone.
 void CudaBackend::MoeExperts(const MoeExpertsArgs& a) {
   if (!Expect(a.n_tok >= 0, "MoeExperts: negative token count") || a.n_tok == 0) return;
   if (!Expect(a.n_expert > 0 && a.n_expert <= kMoeMaxExperts && a.k > 0, "MoeExperts: top-", a.k, " of ",
@@ -637,19 +646,42 @@ void CudaBackend::MoeExperts(const MoeExpertsArgs& a) {
                                    " pairs)"));
   }
   if (!Begin("MoeExperts", {a.experts, a.x, a.ids, a.weights, a.out, a.buf.gate, a.buf.up})) return;
+  int first_computed = -1;  // the template of the others (CollectExperts); -1: every expert is skipped
+  bool skips = false;
+  for (int e = 0; e < a.n_expert; ++e) {
+    if (a.experts[e].gate == nullptr) {
+      skips = true;
+    } else if (first_computed < 0) {
+      first_computed = e;
+    }
+  }
+  const int64_t n_embd = first_computed >= 0 ? a.experts[first_computed].gate->cols : a.n_embd;
+  if (!Expect(n_embd > 0, "MoeExperts: every expert is skipped and n_embd is not given") ||
+      !Expect(a.n_embd == 0 || a.n_embd == n_embd, "MoeExperts: n_embd ", a.n_embd, " but experts of ", n_embd)) {
+    return;
+  }
   MoeMatrices& gate = moe_matrices_[0];
   MoeMatrices& up = moe_matrices_[1];
   MoeMatrices& down = moe_matrices_[2];
-  absl::Status st = CollectExperts(a, &ExpertMatrices::gate, &ExpertMatrices::gate_bias, "gate", &gate);
-  if (st.ok()) st = CollectExperts(a, &ExpertMatrices::up, &ExpertMatrices::up_bias, "up", &up);
-  if (st.ok()) st = CollectExperts(a, &ExpertMatrices::down, &ExpertMatrices::down_bias, "down", &down);
-  if (!st.ok()) return Fail(st);
-  if (!Expect(up.rows == gate.rows && up.cols == gate.cols && down.cols == gate.rows && down.rows == gate.cols,
-              "MoeExperts: gate [", gate.rows, " x ", gate.cols, "], up [", up.rows, " x ", up.cols, "] and down [",
-              down.rows, " x ", down.cols, "] do not make an FFN") ||
-      !Expect(gate.rows > 0, "MoeExperts: empty experts")) {
+  if (first_computed >= 0) {
+    const int f = first_computed;
+    absl::Status st = CollectExperts(a, f, &ExpertMatrices::gate, &ExpertMatrices::gate_bias, "gate", &gate);
+    if (st.ok()) st = CollectExperts(a, f, &ExpertMatrices::up, &ExpertMatrices::up_bias, "up", &up);
+    if (st.ok()) st = CollectExperts(a, f, &ExpertMatrices::down, &ExpertMatrices::down_bias, "down", &down);
+    if (!st.ok()) return Fail(st);
+    if (!Expect(up.rows == gate.rows && up.cols == gate.cols && down.cols == gate.rows && down.rows == gate.cols,
+                "MoeExperts: gate [", gate.rows, " x ", gate.cols, "], up [", up.rows, " x ", up.cols,
+                "] and down [", down.rows, " x ", down.cols, "] do not make an FFN") ||
+        !Expect(gate.rows > 0, "MoeExperts: empty experts")) {
+      return;
+    }
+  }
+  // Before the launches, on their stream: the kernels then write only the computed experts' slots.
+  if (skips && !Check(cudaMemsetAsync(a.out, 0, static_cast<size_t>(n_pairs * n_embd) * sizeof(float), compute()),
+                      "MoeExperts cudaMemsetAsync")) {
     return;
   }
+  if (first_computed < 0) return;  // nothing to compute: out is all zeros
 
   // One token: every tile holds one pair, so the kernels keep one accumulator per row.
   const int tile = a.n_tok == 1 ? 1 : kMoeTile;

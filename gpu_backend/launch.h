@@ -95,6 +95,7 @@ cudaError_t LaunchMoeGroup(const int32_t* ids, const float* weights, int64_t n_t
 constexpr int kMoeTile = 8;
 // One matrix of every expert; they share type, shape and stride (the backend checks). Travels by value in the
 // kernel parameters (CUDA 12.1+ takes up to 32 KB of them on sm_70+), so the host learns nothing of the routing.
+// Null data: the call skips that expert (runtime/ops.h's masking), whose tiles the kernels leave alone.
 struct MoeMatrices {
   DType type = DType::kF32;
   int64_t rows = 0;

@@ -91,6 +91,9 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
   if (r >= w.rows || tile >= a.groups.pass_tile[a.pass + 1]) return;
   const int lane = threadIdx.x;
   const int e = a.groups.tile_expert[tile];
+  // A skipped expert (another device computes it; its slots are zeroed beforehand). The whole block shares the
+  // tile, so no warp is left waiting in a shuffle.
+  if (w.data[e] == nullptr) return;
   const int begin = a.groups.tile_begin[tile];
   const int n = a.groups.tile_count[tile];
   const int64_t cols = w.cols;

@@ -92,8 +92,15 @@ struct MoeRouteParams {
 //   h = act(gate_e x_t + gate_bias_e) * (up_e x_t + up_bias_e)                      (GluParams)
 //   out[j][t] = w * (down_e h + down_bias_e)                   (weight_input: h from w * x_t, out unweighted)
 // Absent biases are zero. The slots are summed by the model afterwards, in slot order.
+//
+// Masking, so that one layer's experts can be split between devices: an expert whose gate is null is not computed
+// by this call. The slots of the (token, slot) pairs routed to it are written as zeros (+0.0f), and its other
+// fields are ignored (null, or anything: another device's memory). Every other slot is computed exactly as by an
+// unmasked call, bit for bit, so two calls with complementary masks add up, element by element, to the unmasked
+// out. Every expert may be skipped (out all zeros). n_embd and n_ff come from the first expert computed, or n_embd
+// from MoeExpertsArgs::n_embd when none is.
 struct ExpertMatrices {
-  const WeightMatrix* gate = nullptr;  // [n_embd -> n_ff]
+  const WeightMatrix* gate = nullptr;  // [n_embd -> n_ff]; null: skipped by this call (see above)
   const WeightMatrix* up = nullptr;    // [n_embd -> n_ff]
   const WeightMatrix* down = nullptr;  // [n_ff -> n_embd]
   const float* gate_bias = nullptr;    // [n_ff], or null
@@ -119,6 +126,9 @@ struct MoeExpertsArgs {
   bool weight_input = false;       // scale the input by the routing weight instead of the output (Llama 4)
   ExpertBuffers buf;
   float* out = nullptr;            // [k][n_tok][n_embd]: slot j of token t at out + (j * n_tok + t) * n_embd
+  // The width of x's and out's rows. The computed experts give it, so 0 will do, except when every expert is
+  // skipped: then nothing else says how much of out to zero. When given, it must agree with the experts.
+  int64_t n_embd = 0;
 };
 
 // Names for messages and test parameters: "norm", "neox"; "silu", "gelu", "swiglu_oai"; "softmax", "sigmoid",

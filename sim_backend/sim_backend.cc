@@ -627,7 +627,15 @@ void SimBackend::MoeExperts(const MoeExpertsArgs& a) {
                                 " experts exceed the workspace or buffers reserved"));
     return;
   }
-  const int64_t n_embd = a.experts[0].gate->cols, n_ff = a.experts[0].gate->rows;
+  // Skipped experts (a null gate, runtime/ops.h) are another device's: nothing of theirs is checked or read.
+  const int first = cpu::FirstComputedExpert(a);
+  const int64_t n_embd = cpu::MoeOutWidth(a), n_ff = first >= 0 ? a.experts[first].gate->rows : 0;
+  if (n_embd <= 0 || (a.n_embd != 0 && a.n_embd != n_embd)) {
+    SetError(InvalidArgument(opts_.spec, ": MoeExperts: ",
+                             n_embd <= 0 ? "every expert is skipped and n_embd is not given"
+                                         : Cat("n_embd ", a.n_embd, " but experts of ", n_embd)));
+    return;
+  }
   const size_t pairs = static_cast<size_t>(a.n_tok * a.k);
   if (!CheckDevice(a.x, static_cast<size_t>(a.n_tok * n_embd) * sizeof(float), "MoeExperts", "x") ||
       !CheckDevice(a.ids, pairs * sizeof(int32_t), "MoeExperts", "ids") ||
@@ -643,6 +651,10 @@ void SimBackend::MoeExperts(const MoeExpertsArgs& a) {
   auto matrices = std::make_shared<std::vector<WeightMatrix>>();
   matrices->reserve(3 * experts->size());
   for (ExpertMatrices& m : *experts) {
+    if (m.gate == nullptr) {
+      m = ExpertMatrices{};  // so the queued task cannot touch what the caller left there
+      continue;
+    }
     const size_t ff_bytes = static_cast<size_t>(n_ff) * sizeof(float), embd_bytes = static_cast<size_t>(n_embd) * 4;
     if ((m.gate_bias != nullptr && !CheckDevice(m.gate_bias, ff_bytes, "MoeExperts", "a gate bias")) ||
         (m.up_bias != nullptr && !CheckDevice(m.up_bias, ff_bytes, "MoeExperts", "an up bias")) ||
@@ -655,8 +667,8 @@ void SimBackend::MoeExperts(const MoeExpertsArgs& a) {
       *w = &matrices->back();
     }
   }
-  // A GPU reads the weights of the experts the batch routes to, which only the device knows: the throttle charges
-  // them when the task runs.
+  // A GPU reads the weights of the computed experts the batch routes to, which only the device knows: the throttle
+  // charges them when the task runs.
   MoeExpertsArgs args = a;
   args.experts = experts->data();
   void* groups_block = grouping_;
@@ -673,7 +685,7 @@ void SimBackend::MoeExperts(const MoeExpertsArgs& a) {
     // one expert: an error, not an overrun. Only here, on the device, are the counts known.
     for (int e = 0; e < args.n_expert; ++e) {
       const int64_t chunk = std::min(g.expert_begin[e + 1] - g.expert_begin[e], args.buf.rows);
-      if (chunk == 0) continue;
+      if (chunk == 0 || cpu::SkipsExpert(args, e)) continue;
       for (const WeightMatrix* w : {args.experts[e].gate, args.experts[e].up, args.experts[e].down}) {
         if (const size_t need = cpu::MatMulScratchBytes(w->type, w->cols, chunk); need > scratch_bytes) {
           SetError(FailedPrecondition(opts_.spec, ": MoeExperts: expert ", e, " takes ", chunk,
@@ -686,7 +698,7 @@ void SimBackend::MoeExperts(const MoeExpertsArgs& a) {
     cpu::MoeExpertsOneByOne(args, g, scratch);
     uint64_t bytes = 0;
     for (int e = 0; e < args.n_expert; ++e) {
-      if (g.expert_begin[e + 1] == g.expert_begin[e]) continue;
+      if (g.expert_begin[e + 1] == g.expert_begin[e] || cpu::SkipsExpert(args, e)) continue;
       const ExpertMatrices& m = args.experts[e];
       bytes += MatrixBytes(*m.gate) + MatrixBytes(*m.up) + MatrixBytes(*m.down);
     }

@@ -101,6 +101,8 @@ class SimBackend final : public Backend {
   // Labels the work queued from now on (the executor passes the unit name, e.g. "blk.3.ffn").
   void SetTraceLabel(std::string_view label) override;
   std::vector<TraceEvent> Trace() const;  // a copy, in completion order
+  // The steady_clock time (ns since its epoch) the trace counts from, to line it up with host-side timings.
+  int64_t trace_origin_ns() const { return t0_ns_; }
   void ClearTrace();
   const SimOptions& options() const { return opts_; }
   uint64_t h2d_bytes() const;  // bytes copied host -> device so far

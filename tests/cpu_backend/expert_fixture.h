@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <span>
 #include <vector>
@@ -150,12 +151,85 @@ inline void RunOneByOne(const MoeExpertsArgs& a) {
   cpu::GroupByExpert(a.ids, a.weights, a.n_tok, a.k, a.n_expert, g);
   size_t scratch_bytes = 0;
   for (int e = 0; e < a.n_expert; ++e) {
+    if (cpu::SkipsExpert(a, e)) continue;
     for (const WeightMatrix* w : {a.experts[e].gate, a.experts[e].up, a.experts[e].down}) {
       scratch_bytes = std::max(scratch_bytes, cpu::MatMulScratchBytes(w->type, w->cols, a.buf.rows));
     }
   }
   std::vector<uint64_t> scratch(scratch_bytes / 8 + 8);
   cpu::MoeExpertsOneByOne(a, g, scratch.data());
+}
+
+// ---- Masked calls (runtime/ops.h): an expert with a null gate is skipped, its slots zeros ----
+
+// Which experts a masked call skips: none, the even half, the one of token 0's first slot (so it has pairs), all.
+enum class ExpertMask { kNone, kHalf, kOne, kAll };
+inline const char* ExpertMaskName(ExpertMask m) {
+  switch (m) {
+    case ExpertMask::kNone: return "none";
+    case ExpertMask::kHalf: return "half";
+    case ExpertMask::kOne: return "one";
+    case ExpertMask::kAll: return "all";
+  }
+  return "?";
+}
+inline std::vector<bool> SkippedExperts(ExpertMask m, int n_expert, const Routing& r) {
+  std::vector<bool> skip(static_cast<size_t>(n_expert));
+  for (int e = 0; e < n_expert; ++e) {
+    skip[e] = m == ExpertMask::kAll || (m == ExpertMask::kHalf && e % 2 == 0) ||
+              (m == ExpertMask::kOne && e == r.ids[0]);
+  }
+  return skip;
+}
+inline std::vector<bool> Complement(std::vector<bool> skip) {
+  skip.flip();
+  return skip;
+}
+// `views` with the skipped experts' gates null. Their other fields become `elsewhere`'s (another device's copy, or
+// anything): the call must not touch them.
+inline std::vector<ExpertMatrices> MaskedViews(std::span<const ExpertMatrices> views, const std::vector<bool>& skip,
+                                               std::span<const ExpertMatrices> elsewhere) {
+  std::vector<ExpertMatrices> v(views.begin(), views.end());
+  for (size_t e = 0; e < v.size(); ++e) {
+    if (!skip[e]) continue;
+    v[e] = elsewhere[e];
+    v[e].gate = nullptr;
+  }
+  return v;
+}
+
+// The masked call's out against the unmasked call's, [k][n_tok] rows of n_embd: a computed slot bit for bit, a
+// skipped one +0.0f throughout.
+inline void ExpectMaskedSlots(std::span<const float> masked, std::span<const float> full, const Routing& r,
+                              const std::vector<bool>& skip, int64_t n_tok, int k, int64_t n_embd) {
+  int bad_rows = 0;
+  for (int64_t t = 0; t < n_tok; ++t) {
+    for (int j = 0; j < k; ++j) {
+      const int e = r.ids[t * k + j];
+      const size_t at = static_cast<size_t>((j * n_tok + t) * n_embd);
+      bool ok = true;
+      for (int64_t c = 0; c < n_embd; ++c) {
+        const float v = masked[at + c];
+        ok = ok && (skip[e] ? v == 0.0f && !std::signbit(v) : std::memcmp(&v, &full[at + c], sizeof(float)) == 0);
+      }
+      if (!ok && ++bad_rows <= 5) {
+        ADD_FAILURE() << "token " << t << " slot " << j << " (expert " << e << (skip[e] ? ", skipped" : "")
+                      << "): " << (skip[e] ? "not +0.0f" : "differs from the unmasked call's");
+      }
+    }
+  }
+  EXPECT_EQ(bad_rows, 0);
+}
+// Complementary masked calls add up to the unmasked call, bit for bit.
+inline void ExpectSumsToFull(std::span<const float> a, std::span<const float> b, std::span<const float> full) {
+  size_t bad = 0;
+  for (size_t i = 0; i < full.size(); ++i) {
+    const float s = a[i] + b[i];
+    if (std::memcmp(&s, &full[i], sizeof(float)) != 0 && ++bad <= 5) {
+      ADD_FAILURE() << "element " << i << ": " << a[i] << " + " << b[i] << " != " << full[i];
+    }
+  }
+  EXPECT_EQ(bad, 0u);
 }
 
 }  // namespace tandem::test

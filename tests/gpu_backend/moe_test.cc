@@ -1,11 +1,13 @@
 // MoE on the GPU, all in device memory: MoeRoute against cpu::MoeRouteRef (every gating, with and without
 // normalization, scale and selection bias), MoeExperts against cpu::MoeExpertsRef and an exact reference (weight
 // types, batch sizes across the passes of small buffers, biases, weight_input, every activation, gate/up/down of
-// different types), MoeRoute feeding MoeExperts with the routing never leaving the device, and the errors.
+// different types), masked calls (skipped experts), MoeRoute feeding MoeExperts with the routing never leaving the
+// device, and the errors.
 // Outputs are poisoned before every kernel.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -14,12 +16,14 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/quant.h"
 #include "core/status.h"
 #include "cpu_backend/kernels.h"
 #include "gpu_backend/dequant.h"
+#include "tests/cpu_backend/expert_fixture.h"
 #include "tests/gpu_backend/gpu_test_util.h"
 #include "tests/gpu_backend/random_weights.h"
 #include "tests/testutil.h"
@@ -276,6 +280,20 @@ double RefTolerance(const ExpertCase& c) {
 
 class GpuMoeExpertsTest : public GpuMoeTest {
  protected:
+  // Each kind's matrices (gate, up, down) uploaded: device views in the host matrices' order.
+  std::array<std::vector<WeightMatrix>, 3> UploadMatrices(std::array<const HostMatrices*, 3> kinds) {
+    std::array<std::vector<WeightMatrix>, 3> dev;
+    for (int kind = 0; kind < 3; ++kind) {
+      const uint8_t* base = Upload(kinds[kind]->bytes);
+      for (const WeightMatrix& m : kinds[kind]->m) {
+        WeightMatrix d = m;
+        d.data = base + (static_cast<const uint8_t*>(m.data) - kinds[kind]->bytes.data());
+        dev[kind].push_back(d);
+      }
+    }
+    return dev;
+  }
+
   // Routes the case's tokens, runs MoeExperts on the device and compares `out` with both references. With
   // route_on_device, MoeRoute makes the routing from logits instead and nothing of it reaches the host until the
   // end (then the references use the routing the device made).
@@ -313,16 +331,7 @@ class GpuMoeExpertsTest : public GpuMoeTest {
     }
 
     // The device side.
-    const HostMatrices* kinds[] = {&gate, &up, &down};
-    std::vector<WeightMatrix> dev_m[3];
-    for (int kind = 0; kind < 3; ++kind) {
-      const uint8_t* base = Upload(kinds[kind]->bytes);
-      for (const WeightMatrix& m : kinds[kind]->m) {
-        WeightMatrix d = m;
-        d.data = base + (static_cast<const uint8_t*>(m.data) - kinds[kind]->bytes.data());
-        dev_m[kind].push_back(d);
-      }
-    }
+    const std::array<std::vector<WeightMatrix>, 3> dev_m = UploadMatrices({&gate, &up, &down});
     std::vector<ExpertMatrices> dev_experts(static_cast<size_t>(c.n_expert)), host_experts(dev_experts.size());
     for (int e = 0; e < c.n_expert; ++e) {
       dev_experts[e] = {&dev_m[0][e], &dev_m[1][e], &dev_m[2][e]};
@@ -583,6 +592,94 @@ TEST_F(GpuMoeExpertsTest, RouteAndExpertsDoNotWaitForTheDevice) {
   ASSERT_TRUE(Error().ok());
 }
 
+// ---- Masked MoeExperts ----
+
+// Masked calls (runtime/ops.h), as on the CPU backend (tests/cpu_backend/moe_experts_test.cc): the experts with a
+// null gate are skipped, their slots +0.0f (out is zeroed before the kernels), every other slot the unmasked call's
+// bit for bit; complementary masks add up to the unmasked out; the masked result matches the masked reference. The
+// skipped experts' up, down and biases point at host memory, which the kernels must not read.
+using GpuMaskCase = std::tuple<DType, int64_t /*n_tok*/, test::ExpertMask>;
+
+std::string GpuMaskCaseName(const ::testing::TestParamInfo<GpuMaskCase>& info) {
+  const auto& [type, n_tok, mask] = info.param;
+  return Cat(DTypeName(type), "_tok", n_tok, "_skip_", test::ExpertMaskName(mask));
+}
+
+class GpuMoeExpertsMaskTest : public GpuMoeExpertsTest, public ::testing::WithParamInterface<GpuMaskCase> {};
+
+TEST_P(GpuMoeExpertsMaskTest, SkippedSlotsAreZerosAndTheRestUnchanged) {
+  const auto& [type, n_tok, mask] = GetParam();
+  ExpertCase c;
+  c.gate_type = c.up_type = c.down_type = type;
+  c.n_tok = n_tok;
+  c.k = 4;
+  c.biases = true;
+  SCOPED_TRACE(Describe(c));
+  const uint64_t seed = static_cast<uint64_t>(type) * 131 + static_cast<uint64_t>(n_tok) * 7;
+  const HostMatrices gate = MakeMatrices(type, c.n_expert, c.n_ff, c.n_embd, seed + 1);
+  const HostMatrices up = MakeMatrices(type, c.n_expert, c.n_ff, c.n_embd, seed + 2);
+  const HostMatrices down = MakeMatrices(type, c.n_expert, c.n_embd, c.n_ff, seed + 3);
+  const std::array<std::vector<WeightMatrix>, 3> dev_m = UploadMatrices({&gate, &up, &down});
+  std::vector<std::vector<float>> biases;  // per expert: gate, up, down
+  std::vector<ExpertMatrices> dev_experts(static_cast<size_t>(c.n_expert)), host_experts(dev_experts.size());
+  for (int e = 0; e < c.n_expert; ++e) {
+    biases.push_back(test::RandomNormal(static_cast<size_t>(c.n_ff), seed + 10 + 3 * e, 0.2f));
+    biases.push_back(test::RandomNormal(static_cast<size_t>(c.n_ff), seed + 11 + 3 * e, 0.2f));
+    biases.push_back(test::RandomNormal(static_cast<size_t>(c.n_embd), seed + 12 + 3 * e, 0.2f));
+    host_experts[e] = {&gate.m[e], &up.m[e], &down.m[e], biases[3 * e].data(), biases[3 * e + 1].data(),
+                       biases[3 * e + 2].data()};
+    dev_experts[e] = {&dev_m[0][e], &dev_m[1][e], &dev_m[2][e], Upload(biases[3 * e]), Upload(biases[3 * e + 1]),
+                      Upload(biases[3 * e + 2])};
+  }
+  const std::vector<float> x = test::RandomNormal(static_cast<size_t>(n_tok * c.n_embd), seed + 4, 2.0f);
+  const test::Routing r = test::RandomRouting(n_tok, c.n_expert, c.k, seed + 5);
+  const std::vector<bool> skip = test::SkippedExperts(mask, c.n_expert, r), other = test::Complement(skip);
+  const std::vector<ExpertMatrices> masked = test::MaskedViews(dev_experts, skip, host_experts);
+  const std::vector<ExpertMatrices> complement = test::MaskedViews(dev_experts, other, host_experts);
+  const auto n_pairs = static_cast<size_t>(n_tok * c.k);
+
+  MoeExpertsArgs a;
+  a.n_expert = c.n_expert;
+  a.x = Upload(x);
+  a.n_tok = n_tok;
+  a.ids = Upload(r.ids);
+  a.weights = Upload(r.weights);
+  a.k = c.k;
+  a.buf = ExpertBuffers{PoisonedFloats(n_pairs * c.n_embd), PoisonedFloats(n_pairs * c.n_ff),
+                        PoisonedFloats(n_pairs * c.n_ff), static_cast<int64_t>(n_pairs)};
+  a.n_embd = c.n_embd;
+  auto run = [&](const std::vector<ExpertMatrices>& experts) {
+    a.experts = experts.data();
+    a.out = PoisonedFloats(n_pairs * c.n_embd);
+    gpu().MoeExperts(a);
+    std::vector<float> out = Download(a.out, n_pairs * c.n_embd);
+    EXPECT_TRUE(Error().ok());
+    return out;
+  };
+  const std::vector<float> full = run(dev_experts), got = run(masked), got_other = run(complement);
+  test::ExpectMaskedSlots(got, full, r, skip, n_tok, c.k, c.n_embd);
+  test::ExpectMaskedSlots(got_other, full, r, other, n_tok, c.k, c.n_embd);
+  test::ExpectSumsToFull(got, got_other, full);
+
+  const std::vector<ExpertMatrices> host_masked = test::MaskedViews(host_experts, skip, host_experts);
+  MoeExpertsArgs host = a;
+  host.experts = host_masked.data();
+  host.x = x.data();
+  host.ids = r.ids.data();
+  host.weights = r.weights.data();
+  std::vector<float> ref(got.size(), kNaN);
+  host.out = ref.data();
+  cpu::MoeExpertsRef(host);
+  EXPECT_LT(test::Nmse(got, ref), RefTolerance(c));
+}
+
+INSTANTIATE_TEST_SUITE_P(Grid, GpuMoeExpertsMaskTest,
+                         ::testing::Combine(::testing::Values(DType::kF32, DType::kQ4_0, DType::kQ8_0, DType::kQ4_K),
+                                            ::testing::Values(int64_t{1}, int64_t{7}, int64_t{64}),
+                                            ::testing::Values(test::ExpertMask::kNone, test::ExpertMask::kHalf,
+                                                              test::ExpertMask::kOne, test::ExpertMask::kAll)),
+                         GpuMaskCaseName);
+
 // ---- MoeExperts errors ----
 
 class GpuMoeExpertsErrorTest : public GpuMoeTest {
@@ -638,6 +735,23 @@ TEST_F(GpuMoeExpertsErrorTest, ExpertsOfDifferentShapesAreAnError) {
   gpu().MoeExperts(a_);
   EXPECT_EQ(Error().code(), absl::StatusCode::kInvalidArgument);
   experts_[2].down = nullptr;
+  gpu().MoeExperts(a_);
+  EXPECT_EQ(Error().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Skipping every expert needs n_embd (nothing else says how much of out to zero); with it, out is all +0.0f.
+TEST_F(GpuMoeExpertsErrorTest, EveryExpertSkippedNeedsTheWidth) {
+  a_.ids = Upload(std::vector<int32_t>{0, 1, 2, 3});
+  const std::vector<ExpertMatrices> none(kExperts);
+  a_.experts = none.data();
+  gpu().MoeExperts(a_);
+  EXPECT_EQ(Error().code(), absl::StatusCode::kInvalidArgument);
+  a_.n_embd = 64;
+  gpu().MoeExperts(a_);
+  for (float v : Download(a_.out, 4 * 64)) ASSERT_TRUE(v == 0.0f && !std::signbit(v)) << v;
+  EXPECT_TRUE(Error().ok());
+  a_.experts = experts_.data();
+  a_.n_embd = 32;  // not the experts' width
   gpu().MoeExperts(a_);
   EXPECT_EQ(Error().code(), absl::StatusCode::kInvalidArgument);
 }

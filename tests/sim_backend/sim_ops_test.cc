@@ -156,6 +156,125 @@ TEST(SimMoeExperts, ChargesTheRoutedExpertsWeights) {
   EXPECT_EQ(bytes, 2 * 3 * ex.matrices[0].bytes());  // experts 3 and 1, three matrices each
 }
 
+// Masked calls (runtime/ops.h), as on the CPU backend: skipped experts' slots +0.0f, the others the unmasked call's
+// bit for bit, complementary masks adding up to it, and the host's one-by-one path's bits. The skipped experts'
+// up, down and biases are host memory, which the sim would refuse if it looked at them; and the throttle charges
+// only the computed experts' weights.
+using SimMaskCase = std::tuple<DType, int64_t /*n_tok*/, test::ExpertMask>;
+
+std::string SimMaskCaseName(const testing::TestParamInfo<SimMaskCase>& info) {
+  const auto& [type, n_tok, mask] = info.param;
+  return Cat(DTypeName(type), "_tok", n_tok, "_skip_", test::ExpertMaskName(mask));
+}
+
+class SimMoeExpertsMaskTest : public testing::TestWithParam<SimMaskCase> {};
+
+TEST_P(SimMoeExpertsMaskTest, SkippedSlotsAreZerosAndUncharged) {
+  const auto& [type, n_tok, mask] = GetParam();
+  constexpr int kExperts = 8, kUsed = 4;
+  const int64_t n_embd = 256, n_ff = 256;  // whole Q4_K blocks
+  const int64_t buf_rows = std::max<int64_t>(n_tok, std::min<int64_t>(n_tok * kUsed, 64));
+  SimBackend sim = MakeSim();
+  ASSERT_TRUE(sim.ReserveWorkspace(WorkspaceSpec{.max_tokens = n_tok, .expert_rows = buf_rows, .max_cols = n_ff,
+                                                 .max_rows = n_embd, .n_ctx = 8, .n_head = 1, .n_expert = kExperts,
+                                                 .n_expert_used = kUsed})
+                  .ok());
+  const test::ExpertSet ex = test::MakeExperts(type, kExperts, n_embd, n_ff, /*with_biases=*/true, 550);
+  const DeviceExperts dev(sim, ex);
+  const std::vector<float> x = RandomNormal(static_cast<size_t>(n_tok * n_embd), 650 + n_tok);
+  const test::Routing r = test::RandomRouting(n_tok, kExperts, kUsed, 750 + n_tok);
+  const std::vector<bool> skip = test::SkippedExperts(mask, kExperts, r), other = test::Complement(skip);
+  const std::vector<ExpertMatrices> masked = test::MaskedViews(dev.views, skip, ex.views);
+  const std::vector<ExpertMatrices> complement = test::MaskedViews(dev.views, other, ex.views);
+  const size_t out_elems = static_cast<size_t>(kUsed * n_tok * n_embd);
+  std::vector<float> nan(out_elems);
+  Poison(nan);
+  std::vector<float> nan_buf(static_cast<size_t>(buf_rows * std::max(n_embd, n_ff)));
+  Poison(nan_buf);
+  const ExpertBuffers d_buf{.xe = ToDevice(sim, nan_buf), .gate = ToDevice(sim, nan_buf),
+                            .up = ToDevice(sim, nan_buf), .rows = buf_rows};
+  MoeExpertsArgs a{.n_expert = kExperts, .x = ToDevice(sim, x), .n_tok = n_tok, .ids = ToDevice(sim, r.ids),
+                   .weights = ToDevice(sim, r.weights), .k = kUsed, .buf = d_buf, .n_embd = n_embd};
+  // The output, and the weight bytes the trace says the throttle charged.
+  auto run = [&](const std::vector<ExpertMatrices>& experts, uint64_t* bytes) {
+    float* d_out = ToDevice(sim, nan);
+    a.experts = experts.data();
+    a.out = d_out;
+    sim.ClearTrace();
+    sim.MoeExperts(a);
+    std::vector<float> out = ToHost(sim, d_out, out_elems);
+    EXPECT_TRUE(sim.TakeError().ok());
+    *bytes = 0;
+    for (const TraceEvent& e : sim.Trace()) {
+      if (e.op == "MoeExperts") *bytes = e.bytes;
+    }
+    return out;
+  };
+  // What a call that skips `s` should charge: the three matrices of each computed expert with pairs.
+  auto charged = [&](const std::vector<bool>& s) {
+    std::vector<bool> routed(kExperts);
+    for (int32_t e : r.ids) routed[e] = true;
+    uint64_t bytes = 0;
+    for (int e = 0; e < kExperts; ++e) {
+      if (routed[e] && !s[e]) bytes += 3 * ex.matrices[3 * e].bytes();
+    }
+    return bytes;
+  };
+  uint64_t full_bytes = 0, got_bytes = 0, other_bytes = 0;
+  const std::vector<float> full = run(dev.views, &full_bytes);
+  const std::vector<float> got = run(masked, &got_bytes);
+  const std::vector<float> got_other = run(complement, &other_bytes);
+  test::ExpectMaskedSlots(got, full, r, skip, n_tok, kUsed, n_embd);
+  test::ExpectMaskedSlots(got_other, full, r, other, n_tok, kUsed, n_embd);
+  test::ExpectSumsToFull(got, got_other, full);
+  EXPECT_EQ(full_bytes, charged(std::vector<bool>(kExperts)));
+  EXPECT_EQ(got_bytes, charged(skip));
+  EXPECT_EQ(other_bytes, charged(other));
+
+  // The same on the host: the one-by-one path, and the reference.
+  const std::vector<ExpertMatrices> host_masked = test::MaskedViews(ex.views, skip, ex.views);
+  test::HostExpertBuffers buf(buf_rows, n_embd, n_ff);
+  std::vector<float> host(out_elems), want(out_elems);
+  Poison(host);
+  Poison(want);
+  MoeExpertsArgs h{.experts = host_masked.data(), .n_expert = kExperts, .x = x.data(), .n_tok = n_tok,
+                   .ids = r.ids.data(), .weights = r.weights.data(), .k = kUsed, .buf = buf.buf, .out = host.data(),
+                   .n_embd = n_embd};
+  test::RunOneByOne(h);
+  EXPECT_TRUE(SameBits(got, host)) << "the sim differs from the host's one-by-one path";
+  h.out = want.data();
+  cpu::MoeExpertsRef(h);
+  test::ExpectMatchesReference(type, got, want, n_embd);
+}
+
+INSTANTIATE_TEST_SUITE_P(Grid, SimMoeExpertsMaskTest,
+                         testing::Combine(testing::Values(DType::kF32, DType::kQ4_0, DType::kQ8_0, DType::kQ4_K),
+                                          testing::Values(int64_t{1}, int64_t{7}, int64_t{70}),
+                                          testing::Values(test::ExpertMask::kNone, test::ExpertMask::kHalf,
+                                                          test::ExpertMask::kOne, test::ExpertMask::kAll)),
+                         SimMaskCaseName);
+
+TEST(SimMoeExperts, EveryExpertSkippedNeedsTheWidth) {
+  SimBackend sim = MakeSim();
+  ASSERT_TRUE(sim.ReserveWorkspace(WorkspaceSpec{.max_tokens = 1, .expert_rows = 1, .max_cols = 64, .max_rows = 64,
+                                                 .n_ctx = 8, .n_head = 1, .n_expert = 2, .n_expert_used = 1})
+                  .ok());
+  const std::vector<ExpertMatrices> none(2);
+  std::vector<float> nan(64);
+  Poison(nan);
+  const ExpertBuffers buf{.xe = ToDevice(sim, nan), .gate = ToDevice(sim, nan), .up = ToDevice(sim, nan), .rows = 1};
+  float* out = ToDevice(sim, nan);
+  MoeExpertsArgs a{.experts = none.data(), .n_expert = 2, .x = ToDevice(sim, RandomNormal(64, 3)), .n_tok = 1,
+                   .ids = ToDevice(sim, std::vector<int32_t>{1}), .weights = ToDevice(sim, std::vector<float>{1.0f}),
+                   .k = 1, .buf = buf, .out = out};
+  sim.MoeExperts(a);
+  EXPECT_EQ(sim.TakeError().code(), absl::StatusCode::kInvalidArgument);
+  a.n_embd = 64;
+  sim.MoeExperts(a);
+  for (float v : ToHost(sim, out, 64)) ASSERT_TRUE(v == 0.0f && !std::signbit(v)) << v;
+  EXPECT_TRUE(sim.TakeError().ok());
+}
+
 // As on the CPU backend: more tokens on one expert than the workspace was reserved for is an error, found when the
 // task runs (only then are the counts known), and nothing overruns.
 TEST(SimMoeExperts, BeyondTheReservedTokensIsAnError) {
