@@ -91,6 +91,8 @@ class CountingBackend final : public Backend {
     }
     w_.weight_bytes_read += hit * bytes;
     w_.flops += 2.0 * static_cast<double>(a.n_tok) * std::min(a.k, a.n_expert) * params;
+    w_.expert_bytes_read += hit * bytes;
+    w_.expert_flops += 2.0 * static_cast<double>(a.n_tok) * std::min(a.k, a.n_expert) * params;
     w_.n_ops += kMoeExpertsOps - 1;
     Issue(Op::kMoeExperts, m.gate->type);
   }
@@ -177,6 +179,60 @@ double UnitSeconds(const UnitSpec& u, Placement p, const CostQuery& q, const Mac
 
 double TransferSeconds(uint64_t bytes, const MachineProfile& prof) {
   return static_cast<double>(bytes) / (prof.h2d_gbps * kGiga) + prof.gpu_sync_s;
+}
+
+SplitCost SplitFfnCost(const UnitSpec& u, const UnitWork& w, const CostQuery& q, std::span<const double> share,
+                       std::span<const Placement> where, int k, const MachineProfile& prof,
+                       std::span<const double> copied) {
+  const double t = static_cast<double>(q.n_live < 0 ? q.n_tok : std::min(q.n_live, q.n_tok));
+  SplitCost c;
+  if (t <= 0) return c;
+  // The router, norm and shared experts on the GPU.
+  const double own_bytes = w.weight_bytes_read - w.expert_bytes_read, own_flops = w.flops - w.expert_flops;
+  c.seconds = std::max(own_bytes / (prof.gpu_gemv_gbps * kGiga), own_flops / (prof.gpu_gemm_gflops * kGiga)) +
+              (w.n_ops - kMoeExpertsOps) * prof.gpu_launch_s;
+  double bytes[3] = {0, 0, 0}, flops[3] = {0, 0, 0};  // by Placement
+  const double block = static_cast<double>(u.expert_block_bytes);
+  for (size_t e = 0; e < share.size() && e < where.size(); ++e) {
+    const double p = std::clamp(share[e], 0.0, 1.0);
+    const int side = static_cast<int>(where[e]);
+    const double reached = (1.0 - std::pow(1.0 - p, t)) * block;
+    bytes[side] += reached;
+    if (where[e] == Placement::kStream && e < copied.size()) c.stream_bytes -= (1.0 - copied[e]) * reached;
+    flops[side] += 2.0 * t * p * u.expert_params;
+    if (where[e] == Placement::kGpu) c.gpu_picks += p;
+  }
+  const int g = static_cast<int>(Placement::kGpu), s = static_cast<int>(Placement::kStream),
+            h = static_cast<int>(Placement::kCpu);
+  const bool any_cpu = std::any_of(where.begin(), where.end(), [](Placement p) { return p == Placement::kCpu; });
+  const bool any_stream =
+      std::any_of(where.begin(), where.end(), [](Placement p) { return p == Placement::kStream; });
+  const double row = static_cast<double>(u.program ? u.program->cfg.n_embd : 0) * sizeof(float);
+  if (any_cpu || any_stream) {  // the routing (and for the CPU the weights and the input) back to the host
+    const double back = t * k * sizeof(int32_t) * (any_cpu ? 2 : 1) + (any_cpu ? t * row : 0);
+    c.pcie_bytes += back;
+    c.seconds += back / (prof.h2d_gbps * kGiga) + prof.gpu_sync_s;
+  }
+  c.stream_bytes += bytes[s];  // less what the cache already held
+  c.pcie_bytes += c.stream_bytes;
+  const double copy_s = c.stream_bytes / (prof.h2d_gbps * kGiga);
+  const double gpu_s =
+      bytes[g] + bytes[s] > 0
+          ? copy_s + std::max((bytes[g] + bytes[s]) / (prof.gpu_gemv_gbps * kGiga),
+                              (flops[g] + flops[s]) / (prof.gpu_gemm_gflops * kGiga)) +
+                kMoeExpertsOps * prof.gpu_launch_s
+          : 0;
+  double cpu_s = 0;
+  if (any_cpu) {
+    const double read_s = bytes[h] / (prof.CpuGemvGbps(u.main_type) * kGiga);
+    const double math_s = flops[h] / (prof.CpuGemmGflops(u.main_type) * kGiga);
+    cpu_s = (t <= 1 ? read_s : std::max(read_s, math_s)) + kMoeExpertsOps * prof.cpu_op_overhead_s;
+    const double slots = t * k * row;  // the CPU's slots to the GPU, then added
+    c.pcie_bytes += slots;
+    cpu_s += slots / (prof.h2d_gbps * kGiga) + prof.gpu_launch_s;
+  }
+  c.seconds += std::max(gpu_s, cpu_s);
+  return c;
 }
 
 }  // namespace tandem

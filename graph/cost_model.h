@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -45,6 +46,15 @@ struct UnitSpec {
   // replace, whose pages are then released. Both 0 for embd, which is looked up by row, never repacked.
   uint64_t repacked_bytes = 0;
   uint64_t repacked_owned_source_bytes = 0;
+  // MoE FFN units, for placing experts one by one: one expert's matrices packed as the executor packs them, the
+  // unit's own (router, norm, shared experts) packed apart, what the CPU holds of one expert (its mapped pages and
+  // repacked copy, repack on), and one expert's parameters.
+  uint64_t expert_block_bytes = 0;
+  uint64_t own_packed_bytes = 0;
+  uint64_t expert_raw_bytes = 0;
+  uint64_t expert_repacked_bytes = 0;
+  uint64_t expert_repacked_source_bytes = 0;
+  double expert_params = 0;
   DType main_type = DType::kF32;     // the type holding most of the bytes: selects the CPU rate
   int64_t n_embd_kv = 0;             // attention units: K (and V) row width per position
   // The (op, weight type) pairs the unit issues: a device runs the unit only if it supports them all.
@@ -54,6 +64,10 @@ struct UnitSpec {
   // The host memory the CPU computes this unit with: the file's pages it still reads, and its repacked copies.
   uint64_t CpuMappedBytes(bool repack) const { return owned_bytes - (repack ? repacked_owned_source_bytes : 0); }
   uint64_t CpuRepackedBytes(bool repack) const { return repack ? repacked_bytes : 0; }
+  uint64_t ExpertCpuMappedBytes(bool repack) const {
+    return expert_raw_bytes - (repack ? expert_repacked_source_bytes : 0);
+  }
+  uint64_t ExpertCpuRepackedBytes(bool repack) const { return repack ? expert_repacked_bytes : 0; }
 
   // K+V cache of this layer for n_ctx positions (0 for non-attention units).
   uint64_t KvBytes(int64_t n_ctx, int kv_elem_bytes) const {
@@ -70,6 +84,8 @@ struct UnitWork {
   double kv_bytes_read = 0;      // attention: cache bytes read
   double attn_flops = 0;         // attention: QK^T and PV FLOPs
   int n_ops = 0;                 // kernel calls
+  double expert_bytes_read = 0;  // of weight_bytes_read and flops, the routed experts' share
+  double expert_flops = 0;
 };
 UnitWork WorkOf(const UnitSpec& u, int64_t n_tok, double ctx, int kv_elem_bytes, int64_t n_live = -1);
 // The (op, weight type) pairs a unit's function issues (for UnitSpec::ops).
@@ -89,5 +105,25 @@ double UnitSeconds(const UnitSpec& u, Placement p, const CostQuery& q, const Mac
 
 // Activations crossing PCIe: bytes / h2d GB/s + one sync (the receiving side waits on an event).
 double TransferSeconds(uint64_t bytes, const MachineProfile& prof);
+
+// An MoE FFN unit with its experts placed one by one (UnitPlan::experts): its router on the accelerator, expert e
+// at where[e] (gpu: resident; stream: copied when routed; cpu), a token picking e with chance share[e]:
+//   router on the GPU + the routing back to the host (when an expert is not resident)
+//   + max(GPU: copies of the routed streamed experts, then theirs and the resident ones' products;
+//         CPU: its routed experts' products, from a copy of the input)
+//   + the CPU's slots back to the GPU.
+// A batch of T tokens reaches expert e with chance 1 - (1 - share[e])^T.
+struct SplitCost {
+  double seconds = 0;
+  double pcie_bytes = 0;      // routing, input and slots crossing, and streamed experts copied
+  double gpu_picks = 0;       // of the k picks per token, those landing on a resident expert
+  double stream_bytes = 0;    // streamed experts' weights copied
+};
+// `w` is WorkOf(u, q...), counted once by the caller.
+// `copied[e]`: the chance that a streamed expert, once routed, must be copied (an expert cache holds the rest);
+// empty: always.
+SplitCost SplitFfnCost(const UnitSpec& u, const UnitWork& w, const CostQuery& q, std::span<const double> share,
+                       std::span<const Placement> where, int k, const MachineProfile& prof,
+                       std::span<const double> copied = {});
 
 }  // namespace tandem

@@ -4,249 +4,16 @@
 #include <array>
 #include <cstdio>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <set>
 
 #include "core/status.h"
 #include "cpu_backend/kernels.h"
+#include "graph/planner.h"
 
 namespace tandem {
-namespace {
-
-constexpr int kAttentionQueryTile = 16;
-
-// One unit's placement in both phases, and its accelerator when either phase is GPU-side.
-struct Option {
-  Placement prefill = Placement::kCpu;
-  Placement decode = Placement::kCpu;
-  int device = 1;
-  bool operator==(const Option&) const = default;
-};
-constexpr Option kCpuOpt{Placement::kCpu, Placement::kCpu};
-constexpr Option kGpuOpt{Placement::kGpu, Placement::kGpu};
-constexpr Option kStreamOpt{Placement::kStream, Placement::kStream};
-
-// The device a phase runs on: 0 (the host) or the option's accelerator.
-int DeviceAt(const Option& o, Placement p) { return GpuSide(p) ? o.device : 0; }
-// Activations crossing from one device to the next: none, one copy, or two (between accelerators, via the host).
-int Crossings(int from, int to) { return from == to ? 0 : (from != 0 && to != 0 ? 2 : 1); }
-
-using Assignment = std::vector<Option>;
-
-bool Streams(const Option& o) { return o.prefill == Placement::kStream || o.decode == Placement::kStream; }
-bool Resident(const Option& o) { return o.prefill == Placement::kGpu || o.decode == Placement::kGpu; }
-bool AnyGpuSide(const Option& o) { return GpuSide(o.prefill) || GpuSide(o.decode); }
-// The CPU computes the unit in some phase from the file's pages (or its repacked copy), not from a pinned copy.
-bool ComputesFromMapping(const Option& o) {
-  return (o.prefill == Placement::kCpu || o.decode == Placement::kCpu) && !Streams(o);
-}
-
-// Per-unit times are stored in arrays indexed by Placement.
-static_assert(static_cast<int>(Placement::kCpu) == 0 && static_cast<int>(Placement::kGpu) == 1 &&
-              static_cast<int>(Placement::kStream) == 2);
-
-// Seconds of one prefill chunk, averaged over a prompt of `chunks` chunks. Past the last layer's cache store only
-// the prompt's last token goes on (arch/blocks.cc), and only in the last chunk: the model's last attention, its
-// FFN and the head cost their cache-only share in every chunk and a one-token share once per prompt.
-double PrefillChunkSeconds(const UnitSpec& u, Placement p, const CostQuery& q, double chunks, int n_layer,
-                           const MachineProfile& prof) {
-  if (u.kind != UnitKind::kOutput && u.layer != n_layer - 1) return UnitSeconds(u, p, q, prof);
-  CostQuery cache_only = q, one_token = q;
-  cache_only.n_live = 0;
-  one_token.n_live = 1;
-  const double s0 = UnitSeconds(u, p, cache_only, prof);
-  return s0 + (UnitSeconds(u, p, one_token, prof) - s0) / std::max(chunks, 1.0);
-}
-
-// Everything derived once from the input.
-class Planner {
- public:
-  Planner(const PartitionInput& in, std::vector<uint64_t> caps) : in_(in), caps_(std::move(caps)) {
-    const ModelConfig& c = in.config;
-    n_eff_ = std::max<int64_t>(1, std::min<int64_t>(in.prefill_batch, std::max(in.prompt_tokens, 1)));
-    w_prefill_ = static_cast<double>(std::max(in.prompt_tokens, 0)) / static_cast<double>(n_eff_);
-    w_decode_ = std::max(in.gen_tokens, 0);
-    const double ctx_prefill = std::max(in.prompt_tokens, 1) / 2.0;
-    const double ctx_decode = std::max(in.prompt_tokens, 0) + std::max(in.gen_tokens, 0) / 2.0;
-    q_prefill_ = {n_eff_, ctx_prefill, in.kv_elem_bytes};
-    q_prefill_report_ = {n_eff_, ctx_prefill, in.kv_elem_bytes};
-    q_decode_ = {1, ctx_decode, in.kv_elem_bytes};
-    n_devices_ = static_cast<int>(in.devices.size());
-    act_bytes_ = ActivationBytesEstimate(c, std::max(in.prefill_batch, 1));
-    ws_bytes_ = GpuWorkspaceEstimate(c, std::max(in.prefill_batch, 1), in.n_ctx, in.n_threads,
-                                     in.profile.gpu_library_workspace_bytes);
-    for (const UnitSpec& u : in.units) {
-      auto prefill = [&](Placement p) {
-        return PrefillChunkSeconds(u, p, q_prefill_, w_prefill_, c.n_layer, in.profile);
-      };
-      prefill_s_.push_back({prefill(Placement::kCpu), prefill(Placement::kGpu), prefill(Placement::kStream)});
-      decode_s_.push_back({UnitSeconds(u, Placement::kCpu, q_decode_, in.profile),
-                           UnitSeconds(u, Placement::kGpu, q_decode_, in.profile),
-                           UnitSeconds(u, Placement::kStream, q_decode_, in.profile)});
-    }
-    const uint64_t act_row = static_cast<uint64_t>(c.n_embd) * sizeof(float);
-    switch_prefill_s_ = TransferSeconds(act_row * n_eff_, in.profile);
-    switch_decode_s_ = TransferSeconds(act_row, in.profile);
-    logits_s_ = TransferSeconds(static_cast<uint64_t>(c.n_vocab) * sizeof(float), in.profile);
-  }
-
-  const PartitionInput& in() const { return in_; }
-  // Each accelerator's cap ([0] unused).
-  uint64_t cap(int device) const { return device < static_cast<int>(caps_.size()) ? caps_[device] : 0; }
-  int n_devices() const { return n_devices_; }
-  // A unit may run on an accelerator only if the device supports every op it issues.
-  bool Runs(size_t unit, int device) const {
-    const DeviceDesc& d = in_.devices[device - 1];
-    if (!d.supports) return true;
-    for (const auto& [op, type] : in_.units[unit].ops) {
-      if (!d.supports(op, type)) return false;
-    }
-    return true;
-  }
-  absl::Status CheckSupported(const Assignment& a) const {
-    for (size_t i = 0; i < a.size(); ++i) {
-      if (!AnyGpuSide(a[i]) || Runs(i, a[i].device)) continue;
-      const DeviceDesc& d = in_.devices[a[i].device - 1];
-      for (const auto& [op, type] : in_.units[i].ops) {
-        if (d.supports && !d.supports(op, type)) {
-          return InvalidArgument(d.name, " cannot run ", in_.units[i].name, ": it has no ", OpName(op), " for ",
-                                 DTypeName(type), " weights");
-        }
-      }
-    }
-    return absl::OkStatus();
-  }
-  size_t size() const { return in_.units.size(); }
-  uint64_t kv(size_t i) const { return in_.units[i].KvBytes(in_.n_ctx, in_.kv_elem_bytes); }
-
-  // Mix-weighted seconds of one unit (no transfers).
-  double Node(size_t i, const Option& o) const {
-    return w_prefill_ * prefill_s_[i][static_cast<int>(o.prefill)] +
-           w_decode_ * decode_s_[i][static_cast<int>(o.decode)];
-  }
-  // Activations crossing between consecutive units.
-  double Edge(const Option& a, const Option& b) const {
-    return w_prefill_ * switch_prefill_s_ * Crossings(DeviceAt(a, a.prefill), DeviceAt(b, b.prefill)) +
-           w_decode_ * switch_decode_s_ * Crossings(DeviceAt(a, a.decode), DeviceAt(b, b.decode));
-  }
-  // Logits back to the host after the last unit.
-  double Exit(const Option& o) const {
-    return (GpuSide(o.prefill) ? w_prefill_ * logits_s_ : 0) + (GpuSide(o.decode) ? w_decode_ * logits_s_ : 0);
-  }
-  double Objective(const Assignment& a) const {
-    double t = 0;
-    for (size_t i = 0; i < a.size(); ++i) {
-      t += Node(i, a[i]);
-      if (i > 0) t += Edge(a[i - 1], a[i]);
-    }
-    return t + Exit(a.back());
-  }
-
-  // Exact minimum over the chain given each unit's allowed options (Viterbi). Earlier options win ties.
-  Assignment Solve(const std::vector<std::vector<Option>>& allowed) const {
-    const size_t n = allowed.size();
-    std::vector<std::vector<double>> best(n);
-    std::vector<std::vector<int>> from(n);
-    for (size_t i = 0; i < n; ++i) {
-      best[i].assign(allowed[i].size(), std::numeric_limits<double>::infinity());
-      from[i].assign(allowed[i].size(), -1);
-      for (size_t j = 0; j < allowed[i].size(); ++j) {
-        const double node = Node(i, allowed[i][j]) + (i + 1 == n ? Exit(allowed[i][j]) : 0);
-        if (i == 0) {
-          best[i][j] = node;
-          continue;
-        }
-        for (size_t k = 0; k < allowed[i - 1].size(); ++k) {
-          const double c = best[i - 1][k] + Edge(allowed[i - 1][k], allowed[i][j]) + node;
-          if (c < best[i][j]) {
-            best[i][j] = c;
-            from[i][j] = static_cast<int>(k);
-          }
-        }
-      }
-    }
-    Assignment a(n);
-    int j = 0;
-    for (size_t k = 1; k < best[n - 1].size(); ++k) {
-      if (best[n - 1][k] < best[n - 1][j]) j = static_cast<int>(k);
-    }
-    for (size_t i = n; i-- > 0;) {
-      a[i] = allowed[i][j];
-      j = from[i][j];
-    }
-    return a;
-  }
-
-  struct Account {
-    MemoryAccount gpu, host;             // gpu: every accelerator together
-    std::vector<MemoryAccount> devices;  // [device]; [0] unused
-    uint64_t slot = 0;                   // the largest staging slot of any accelerator
-  };
-  // The first accelerator whose account exceeds its cap, or 0 when all fit.
-  int Over(const Account& acc) const {
-    for (int d = 1; d <= n_devices_; ++d) {
-      if (acc.devices[d].total() > caps_[d]) return d;
-    }
-    return 0;
-  }
-  bool Fits(const Assignment& a) const { return Over(Measure(a)) == 0; }
-  Account Measure(const Assignment& a) const {
-    Account acc;
-    acc.devices.assign(n_devices_ + 1, MemoryAccount{});
-    std::vector<uint64_t> slot(n_devices_ + 1, 0);
-    std::vector<bool> used(n_devices_ + 1, false);
-    for (size_t i = 0; i < a.size(); ++i) {
-      const UnitSpec& u = in_.units[i];
-      const Option& o = a[i];
-      MemoryAccount& dev = acc.devices[AnyGpuSide(o) ? o.device : 0];
-      if (AnyGpuSide(o)) used[o.device] = true;
-      if (Resident(o)) {
-        dev.weights += u.packed_bytes;
-      } else if (Streams(o)) {
-        acc.host.weights += u.packed_bytes;  // pinned source of the copies
-        slot[o.device] = std::max(slot[o.device], u.packed_bytes);
-      }
-      // What the CPU computes with, in either phase: the file's pages and the CPU's repacked copies; a unit that
-      // also streams is computed from its pinned copy, already counted.
-      if (ComputesFromMapping(o)) {
-        acc.host.mapped += u.CpuMappedBytes(in_.cpu_repack);
-        acc.host.repacked += u.CpuRepackedBytes(in_.cpu_repack);
-      }
-      (AnyGpuSide(o) ? dev.kv : acc.host.kv) += kv(i);
-    }
-    for (int d = 1; d <= n_devices_; ++d) {
-      MemoryAccount& dev = acc.devices[d];
-      dev.staging = 2 * slot[d];
-      if (used[d]) {
-        dev.activations = act_bytes_;
-        dev.workspace = ws_bytes_;
-      }
-      acc.slot = std::max(acc.slot, slot[d]);
-      acc.gpu.weights += dev.weights;
-      acc.gpu.kv += dev.kv;
-      acc.gpu.staging += dev.staging;
-      acc.gpu.activations += dev.activations;
-      acc.gpu.workspace += dev.workspace;
-    }
-    acc.host.activations = act_bytes_;
-    return acc;
-  }
-
-  uint64_t base_bytes() const { return act_bytes_ + ws_bytes_; }
-
-  Plan Finish(const Assignment& a, uint64_t cap, std::string why) const;
-
- private:
-  const PartitionInput& in_;
-  const std::vector<uint64_t> caps_;
-  int n_devices_ = 0;
-  int64_t n_eff_ = 1;
-  double w_prefill_ = 0, w_decode_ = 0;
-  CostQuery q_prefill_, q_prefill_report_, q_decode_;
-  uint64_t act_bytes_ = 0, ws_bytes_ = 0;
-  std::vector<std::array<double, 3>> prefill_s_, decode_s_;  // indexed by Placement
-  double switch_prefill_s_ = 0, switch_decode_s_ = 0, logits_s_ = 0;
-};
+namespace partition_internal {
 
 // One line for each way the host side of the plan will hurt: pages read from disk, or memory that will swap.
 void AddHostWarnings(Plan& plan) {
@@ -289,11 +56,37 @@ Plan Planner::Finish(const Assignment& a, uint64_t cap, std::string why) const {
   plan.gen_tokens = in_.gen_tokens;
   plan.why = std::move(why);
   plan.rates_measured = in_.profile.kind == ProfileKind::kFull || in_.profile.kind == ProfileKind::kQuick;
+  if (cache_slots_ > 0) {
+    int streaming = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (!a[i].split()) continue;
+      const std::vector<Placement> d = Where(i, a[i], Phase::kDecode);
+      streaming += std::count(d.begin(), d.end(), Placement::kStream) > 0;
+    }
+    if (streaming > 0) cache_per_layer_ = static_cast<double>(cache_slots_) / streaming;
+  }
   const Account acc = Measure(a);
   plan.gpu = acc.gpu;
   plan.device_accounts = acc.devices;
   plan.host = acc.host;
   plan.staging_slot_bytes = acc.slot;
+  plan.expert_staging_bytes = acc.expert_staging;
+  if (acc.expert_cache) {
+    plan.expert_cache_bytes = cache_bytes_;
+    plan.expert_cache_slots = cache_slots_;
+    double picks = 0, hits = 0;  // decode's picks of streamed experts, and those expected in the cache
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (!a[i].split()) continue;
+      const std::vector<Placement> where = Where(i, a[i], Phase::kDecode);
+      const std::vector<double> miss = CacheMisses(hot_share_[i], where);
+      for (size_t j = 0; j < where.size(); ++j) {
+        if (where[j] != Placement::kStream) continue;
+        picks += hot_share_[i][j];
+        hits += hot_share_[i][j] * (1 - miss[j]);
+      }
+    }
+    plan.expected_cache_hit_rate = picks > 0 ? hits / picks : 0;
+  }
   plan.cpu_repack = in_.cpu_repack;
   plan.host_ram_available = in_.host_ram_available;
   plan.disk_read_gbps = in_.profile.disk_read_gbps;
@@ -336,9 +129,24 @@ Plan Planner::Finish(const Assignment& a, uint64_t cap, std::string why) const {
     up.weight_bytes = u.weight_bytes;
     up.tensors = u.tensors;
     up.kv_bytes = kv(i);
-    up.predicted_prefill_s =
-        PrefillChunkSeconds(u, up.prefill, q_prefill_report_, report_chunks, c.n_layer, in_.profile);
-    up.predicted_decode_s = UnitSeconds(u, up.decode, q_decode_, in_.profile);
+    if (a[i].split()) {
+      // Experts in hot order: the first `hot` resident, the others where the option's rest goes.
+      const std::vector<int>& order = HotOrder(i);
+      const std::vector<Placement> p = Where(i, a[i], Phase::kPrefill), d = Where(i, a[i], Phase::kDecode);
+      up.experts.resize(order.size());
+      for (size_t j = 0; j < order.size(); ++j) up.experts[order[j]] = ExpertPlacement{p[j], d[j]};
+      up.expert_block_bytes = u.expert_block_bytes;
+      const SplitCost pf = Split(i, a[i], Phase::kPrefill), dc = Split(i, a[i], Phase::kDecode);
+      up.expected_gpu_hit_rate = dc.gpu_picks / std::max(c.n_expert_used, 1);
+      up.predicted_prefill_s = pf.seconds;
+      up.predicted_decode_s = dc.seconds;
+      prefill_pcie += static_cast<uint64_t>(pf.pcie_bytes);
+      decode_pcie += static_cast<uint64_t>(dc.pcie_bytes);
+    } else {
+      up.predicted_prefill_s =
+          PrefillChunkSeconds(u, up.prefill, q_prefill_report_, report_chunks, c.n_layer, in_.profile);
+      up.predicted_decode_s = UnitSeconds(u, up.decode, q_decode_, in_.profile);
+    }
     if (up.prefill == Placement::kCpu) {
       up.predicted_prefill_s += disk_bytes(i, u, q_prefill_report_) / disk_bytes_per_s;
     }
@@ -414,14 +222,49 @@ absl::StatusOr<std::vector<std::optional<Option>>> ApplyRules(const PartitionInp
       for (const std::string& t : u.tensors) any = any || r.Matches(t);
     }
     if (!any) return InvalidArgument("--place '", r.pattern, "=", PlacementName(r.target), "' matches no tensor");
+    if (!r.experts.empty()) {
+      if (in.config.n_expert <= 0) return InvalidArgument("--place '", r.pattern, "@...': the model has no experts");
+      if (r.experts.back() >= in.config.n_expert) {
+        return InvalidArgument("--place '", r.pattern, "@...': expert ", r.experts.back(), " but the model has ",
+                               in.config.n_expert, " (0-", in.config.n_expert - 1, ")");
+      }
+    }
     if (r.target != Placement::kCpu && in.devices.empty()) {
       return InvalidArgument("--place '", r.pattern, "=", PlacementName(r.target),
                              "' needs a GPU but there is no GPU device (--device sim:12GiB simulates one)");
     }
   }
+  std::vector<PlaceRule> unit_rules, expert_rules;
+  for (const PlaceRule& r : rules) (r.experts.empty() ? unit_rules : expert_rules).push_back(r);
   for (size_t i = 0; i < in.units.size(); ++i) {
-    if (std::optional<size_t> r = FirstMatchingRule(rules, in.units[i].tensors)) {
-      fixed[i] = Option{rules[*r].target, rules[*r].target};
+    const UnitSpec& u = in.units[i];
+    // Expert rules: each named expert takes the first rule naming it; the layer's others compute on the CPU.
+    if (u.kind == UnitKind::kFfn && u.expert_block_bytes > 0 && !expert_rules.empty()) {
+      auto each = std::make_shared<std::vector<ExpertPlacement>>(in.config.n_expert);
+      std::vector<bool> named(in.config.n_expert, false);
+      bool any = false;
+      for (const PlaceRule& r : expert_rules) {
+        if (!FirstMatchingRule(std::span<const PlaceRule>(&r, 1), std::span(u.tensors).first(u.owned_tensors))) {
+          continue;
+        }
+        for (int e : r.experts) {
+          if (named[e]) continue;
+          named[e] = any = true;
+          (*each)[e] = ExpertPlacement{r.target, r.target};
+        }
+      }
+      if (any) {
+        const bool gpu_side = std::any_of(each->begin(), each->end(), [](const ExpertPlacement& e) {
+          return GpuSide(e.prefill) || GpuSide(e.decode);
+        });
+        fixed[i] = gpu_side ? Option{Placement::kGpu, Placement::kGpu, 1, -1, Placement::kCpu, Placement::kCpu,
+                                     std::move(each)}
+                            : kCpuOpt;
+        continue;
+      }
+    }
+    if (std::optional<size_t> r = FirstMatchingRule(unit_rules, u.tensors)) {
+      fixed[i] = Option{unit_rules[*r].target, unit_rules[*r].target};
     }
   }
   return fixed;
@@ -469,7 +312,13 @@ Assignment CountsAssignment(const Planner& pl, const LayerCounts& counts,
       p = counts.For(n_layer - 1);
       d = dev[n_layer - 1];
     }
-    a[i] = fixed[i].value_or(Option{p, p, d});
+    Option o{p, p, d};
+    // A streamed MoE layer copies only the experts its batch routes to: router resident, experts streamed.
+    if (p == Placement::kStream && in.request.expert_level && pl.Splittable(i)) {
+      o = SplitOpt(0, Placement::kStream, Placement::kStream);
+      o.device = d;
+    }
+    a[i] = fixed[i].value_or(o);
   }
   return a;
 }
@@ -522,149 +371,6 @@ absl::StatusOr<Plan> PartitionCounts(const Planner& pl, uint64_t capacity,
                                           RuleCount(fixed) > 0 ? " with these --place rules" : ""));
 }
 
-// ---- auto mode ----
-struct Variant {
-  Assignment a;
-  double objective = std::numeric_limits<double>::infinity();
-};
-
-absl::StatusOr<Plan> PartitionAuto(const Planner& pl, uint64_t capacity,
-                                   const std::vector<std::optional<Option>>& fixed) {
-  const PartitionInput& in = pl.in();
-  const size_t n = pl.size();
-  const uint64_t cap = pl.cap(1);  // auto places on the first accelerator
-  const bool has_gpu = !in.devices.empty();
-  // Rules that put units on the GPU side must fit by themselves.
-  uint64_t forced_slot = 0;
-  Assignment rules_only(n, kCpuOpt);
-  for (size_t i = 0; i < n; ++i) {
-    if (fixed[i]) rules_only[i] = *fixed[i];
-    if (fixed[i] && Streams(*fixed[i])) forced_slot = std::max(forced_slot, in.units[i].packed_bytes);
-  }
-  TANDEM_RETURN_IF_ERROR(pl.CheckSupported(rules_only));
-  {
-    const MemoryAccount g = pl.Measure(rules_only).gpu;
-    if (g.total() > cap) {
-      return absl::ResourceExhaustedError(Cat("--place rules need ", FormatBytes(g.total()), " of VRAM (",
-                                              Breakdown(g), ") but ", DescribeCap(in.request, cap, capacity)));
-    }
-  }
-
-  // Streaming thresholds: no streaming (or only what rules force), then each distinct unit size above it.
-  std::set<uint64_t> thresholds = {forced_slot};
-  if (has_gpu) {
-    for (size_t i = 0; i < n; ++i) {
-      if (!fixed[i] && in.units[i].kind != UnitKind::kEmbd && in.units[i].packed_bytes > forced_slot) {
-        thresholds.insert(in.units[i].packed_bytes);
-      }
-    }
-  }
-
-  auto allowed_for = [&](const std::vector<bool>& resident, uint64_t slot, bool attn_stream) {
-    std::vector<std::vector<Option>> allowed(n);
-    for (size_t i = 0; i < n; ++i) {
-      const UnitSpec& u = in.units[i];
-      if (fixed[i]) {
-        allowed[i] = {*fixed[i]};
-      } else if (resident[i]) {
-        allowed[i] = {kGpuOpt};
-      } else if (u.kind == UnitKind::kEmbd || !has_gpu || !pl.Runs(i, 1)) {
-        allowed[i] = {kCpuOpt};
-      } else {
-        const bool can_stream = slot > 0 && u.packed_bytes <= slot;
-        allowed[i] = {kCpuOpt};
-        if (can_stream && u.kind == UnitKind::kAttn && attn_stream) allowed[i].push_back(kStreamOpt);
-        if (can_stream && u.kind != UnitKind::kAttn) {
-          allowed[i].push_back({Placement::kStream, Placement::kCpu});
-          allowed[i].push_back({Placement::kCpu, Placement::kStream});
-          allowed[i].push_back(kStreamOpt);
-        }
-      }
-    }
-    return allowed;
-  };
-  // The cheapest feasible assignment for a resident set: streaming attention needs VRAM for its KV, so it is
-  // dropped when the account would not fit.
-  auto solve = [&](const std::vector<bool>& resident, uint64_t slot) -> std::optional<Assignment> {
-    for (bool attn_stream : {true, false}) {
-      Assignment a = pl.Solve(allowed_for(resident, slot, attn_stream));
-      if (pl.Measure(a).gpu.total() <= cap) return a;
-    }
-    return std::nullopt;
-  };
-
-  Variant best;
-  for (uint64_t slot : thresholds) {
-    std::vector<bool> resident(n, false);
-    uint64_t used = pl.base_bytes() + 2 * slot;
-    for (size_t i = 0; i < n; ++i) {
-      if (fixed[i] && AnyGpuSide(*fixed[i])) used += (Resident(*fixed[i]) ? in.units[i].packed_bytes : 0) + pl.kv(i);
-    }
-    if (has_gpu && used <= cap) {
-      // Greedy by predicted seconds saved per VRAM byte.
-      const std::vector<std::vector<Option>> nonres = allowed_for(resident, slot, true);
-      struct Cand {
-        size_t i;
-        double gain;
-        uint64_t bytes;
-      };
-      std::vector<Cand> cands;
-      // Listed last layer first: between equal candidates the later layers become resident, as with counts.
-      for (size_t i = n; i-- > 0;) {
-        if (fixed[i] || in.units[i].kind == UnitKind::kEmbd || !pl.Runs(i, 1)) continue;
-        double alt = std::numeric_limits<double>::infinity();
-        for (const Option& o : nonres[i]) alt = std::min(alt, pl.Node(i, o));
-        const double gain = alt - pl.Node(i, kGpuOpt);
-        if (gain > 0) cands.push_back({i, gain, in.units[i].packed_bytes + pl.kv(i)});
-      }
-      std::stable_sort(cands.begin(), cands.end(), [](const Cand& x, const Cand& y) {
-        return x.gain * static_cast<double>(std::max<uint64_t>(y.bytes, 1)) >
-               y.gain * static_cast<double>(std::max<uint64_t>(x.bytes, 1));
-      });
-      for (const Cand& c : cands) {
-        if (used + c.bytes <= cap) {
-          resident[c.i] = true;
-          used += c.bytes;
-        }
-      }
-    }
-    std::optional<Assignment> a = solve(resident, slot);
-    if (!a) continue;
-    double obj = pl.Objective(*a);
-    // Residents that do not pay for their transfers are dropped (they matter for tiny models).
-    for (size_t i = 0; i < n; ++i) {
-      if (!resident[i]) continue;
-      resident[i] = false;
-      std::optional<Assignment> b = solve(resident, slot);
-      const double ob = b ? pl.Objective(*b) : std::numeric_limits<double>::infinity();
-      if (ob < obj) {
-        a = std::move(b);
-        obj = ob;
-      } else {
-        resident[i] = true;
-      }
-    }
-    if (obj < best.objective) best = {std::move(*a), obj};
-  }
-  if (best.a.empty()) {
-    // Nothing on the GPU side fits (the rules alone fit, checked above).
-    best.a = rules_only;
-  }
-
-  size_t n_res = 0, n_sp = 0, n_sd = 0;
-  for (const Option& o : best.a) {
-    n_res += Resident(o);
-    n_sp += o.prefill == Placement::kStream;
-    n_sd += o.decode == Placement::kStream;
-  }
-  std::string why = has_gpu ? Cat("auto: ", n_res, " units resident, ", n_sp, " streamed in prefill, ", n_sd,
-                                  " streamed in decode, for ", in.prompt_tokens, " prompt + ", in.gen_tokens,
-                                  " generated tokens")
-                            : "auto: no GPU device, everything on the CPU";
-  if (in.devices.size() > 1) why += Cat(", on ", in.devices[0].name, " only (counts spread layers over devices)");
-  if (RuleCount(fixed) > 0) why += Cat("; --place rules fixed ", RuleCount(fixed), " units");
-  return pl.Finish(best.a, cap, why);
-}
 
 // The KV cache must fit somewhere: in the accelerators' caps and the available RAM together. Says the largest
 // context that would, so the user need not search for it.
@@ -686,7 +392,15 @@ absl::Status CheckKvFits(const PartitionInput& in, const std::vector<uint64_t>& 
                                                              : std::string("; no context fits")));
 }
 
-}  // namespace
+}  // namespace partition_internal
+
+using partition_internal::ApplyRules;
+using partition_internal::CheckKvFits;
+using partition_internal::kAttentionQueryTile;
+using partition_internal::Option;
+using partition_internal::PartitionAuto;
+using partition_internal::PartitionCounts;
+using partition_internal::Planner;
 
 uint64_t ActivationBytesEstimate(const ModelConfig& c, int64_t max_tokens) {
   return ActivationBytes(c, std::max<int64_t>(max_tokens, 1));  // exactly what the executor allocates
@@ -730,8 +444,20 @@ absl::StatusOr<Plan> Partition(const PartitionInput& in) {
     caps[d + 1] = EffectiveVramCap(in.request, true, capacity);
   }
   TANDEM_RETURN_IF_ERROR(CheckKvFits(in, caps));
+  if (in.routing != nullptr) {
+    TANDEM_RETURN_IF_ERROR(
+        CheckRoutingMatches(*in.routing, in.config.n_layer, in.config.n_expert, in.config.n_expert_used));
+  }
   TANDEM_ASSIGN_OR_RETURN(const std::vector<std::optional<Option>> fixed, ApplyRules(in));
   const Planner pl(in, std::move(caps));
+  if (in.request.expert_cache) {
+    if (in.config.n_expert <= 0) return InvalidArgument("--expert-cache: the model has no experts");
+    if (pl.cache_slots() < in.config.n_expert_used) {
+      return InvalidArgument("--expert-cache ", FormatBytes(*in.request.expert_cache), " holds ", pl.cache_slots(),
+                             " experts, but a token routes to ", in.config.n_expert_used, ": give at least ",
+                             FormatBytes(pl.CacheSlotBytes() * in.config.n_expert_used));
+    }
+  }
   if (in.request.counts_given()) return PartitionCounts(pl, first_capacity, fixed);
   return PartitionAuto(pl, first_capacity, fixed);
 }

@@ -6,6 +6,10 @@
 // Each unit runs, per phase (prefill batch, decode), on the cpu (weights read from the mmap), resident on the
 // gpu, or streamed (on the GPU, its weights copied from pinned RAM into one of two staging buffers just before
 // use). An attention unit stays on one side (cpu, or gpu/stream) in both phases because its KV cache lives there.
+// An MoE FFN unit may be split (PlacementRequest::expert_level, the default): its router resident and each expert
+// resident, on the CPU (beside the GPU's) or streamed when routed, per phase (UnitPlan::experts), priced by
+// SplitFfnCost with the routing's shares (PartitionInput::routing) and, with --expert-cache, Che's approximation of
+// an LRU cache.
 //
 // Modes:
 //  - counts (--gpu-layers/--cpu-layers/--stream-layers): layers [0,cpu) on the CPU, then streamed layers, then
@@ -17,13 +21,18 @@
 //    (cpu or stream, units larger than S never stream) by an exact dynamic program over the unit chain that
 //    includes the activation transfers at side changes. The cheapest variant for the expected mix
 //    (prompt_tokens in prefill batches + gen_tokens decoded) wins; ties go to the earlier (less streaming) variant.
+//    Split MoE layers join the greedy one hot expert at a time (or a layer's rest at once), hottest first, and the
+//    dynamic program then picks where their other experts go; a streamed counts-mode MoE layer is split too.
+//    --place 'REGEX@0-15=gpu' rules name experts.
 //    Auto places on the first accelerator only; the others take layers through counts.
 //  - --place rules override both, per unit, on the first accelerator; embd stays on the CPU unless a rule moves it.
 // A unit goes to an accelerator only if the device Supports() every (op, weight type) its function issues; counts
 // or rules that ask otherwise are errors.
 //
 // The VRAM account (Plan::gpu): resident weights (packed as the executor loads them, each tensor 256-aligned)
-// + KV of GPU-side attention + two staging buffers of the largest streamed unit + activation buffers for one
+// + KV of GPU-side attention + two staging buffers of the largest streamed unit + split layers' routers and resident
+// experts, the expert staging (the most streamed experts one batch routes to), the expert cache and the buffer for
+// the CPU's expert slots + activation buffers for one
 // prefill batch + workspace (the GPU libraries' own from the profile, 64 MiB for CUDA and 0 for sim; the quantized
 // matmul input; attention scores of 16 queries at a time; the MoE grouping), per accelerator. No accelerator's
 // account exceeds the cap: --vram-budget when given, else the device's capacity less 10% headroom. An accelerator
@@ -38,6 +47,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -49,6 +59,7 @@
 #include "graph/placement.h"
 #include "graph/plan.h"
 #include "graph/profile.h"
+#include "graph/routing_stats.h"
 
 namespace tandem {
 
@@ -79,6 +90,8 @@ struct PartitionInput {
   int n_threads = 1;
   bool cpu_repack = false;          // the CPU backend repacks the matrices it computes with (ResolveRepack)
   uint64_t host_ram_available = 0;  // RAM the plan may use; 0: unknown (no host checks)
+  // MoE: how the routers spread tokens (recorded with --routing-out), for hot experts and hit rates; null: uniform.
+  std::shared_ptr<const RoutingStats> routing;
 };
 
 // Errors: bad input, counts or rules that do not fit (saying what would), and a KV cache that fits neither in the

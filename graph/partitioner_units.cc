@@ -45,6 +45,26 @@ UnitSpec MakeUnit(const ModelSchema& model, UnitKind kind, int layer) {
   program->cfg = model.cfg;
   program->weights = BindUnit(model, kind, layer, nullptr);
   u.packed_bytes = UnitBlockBytes(program->weights);
+  if (kind == UnitKind::kFfn && program->weights.n_expert > 0) {
+    // One expert's block (expert 0's matrices; every expert of a stack is shaped alike), and the unit without them.
+    constexpr uint64_t kAlign = 256;
+    UnitWeights& w = program->weights;
+    const int n_expert = w.n_expert;
+    for (size_t i = 0; i < w.expert_slots.size(); i += n_expert) {
+      const WeightMatrix& m = w.expert_slots[i];
+      if (!m.present()) continue;
+      u.expert_block_bytes = (u.expert_block_bytes + m.bytes() + kAlign - 1) / kAlign * kAlign;
+      u.expert_raw_bytes += m.bytes();
+      u.expert_params += static_cast<double>(m.rows) * static_cast<double>(m.cols);
+      if (cpu::CanRepack(m)) {
+        u.expert_repacked_bytes += cpu::PackedBytes(m);
+        u.expert_repacked_source_bytes += m.bytes();
+      }
+    }
+    UnitWeights own = w;
+    own.expert_slots.clear();
+    u.own_packed_bytes = UnitBlockBytes(own);
+  }
   if (kind != UnitKind::kEmbd) {
     // The matrices CpuBackend::PrepareMatMulWeights would repack: the same views the executor hands it.
     uint64_t source_bytes = 0;

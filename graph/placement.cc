@@ -12,6 +12,40 @@ bool PlaceRule::Matches(std::string_view tensor_name) const {
   return std::regex_search(tensor_name.begin(), tensor_name.end(), *re);
 }
 
+namespace {
+
+// "0-15", "1,5,9", "0-3,8": ascending, no repeats.
+absl::StatusOr<std::vector<int>> ParseExpertList(std::string_view list, std::string_view spec) {
+  std::vector<int> out;
+  size_t pos = 0;
+  while (pos <= list.size()) {
+    const size_t comma = std::min(list.find(',', pos), list.size());
+    const std::string_view item = list.substr(pos, comma - pos);
+    const size_t dash = item.find('-');
+    int lo = 0, hi = 0;
+    auto number = [](std::string_view s, int* v) {
+      if (s.empty() || s.size() > 6) return false;
+      *v = 0;
+      for (char ch : s) *v = *v * 10 + (ch - '0');
+      return true;
+    };
+    const bool ok = dash == std::string_view::npos
+                        ? number(item, &lo) && (hi = lo, true)
+                        : number(item.substr(0, dash), &lo) && number(item.substr(dash + 1), &hi) && lo <= hi;
+    if (!ok) {
+      return InvalidArgument("--place '", spec, "': bad expert list '", list,
+                             "' (expected indices and ranges such as 0-15 or 1,5,9)");
+    }
+    for (int e = lo; e <= hi; ++e) out.push_back(e);
+    pos = comma + 1;
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+}  // namespace
+
 absl::StatusOr<PlaceRule> ParsePlaceRule(std::string_view spec) {
   const size_t eq = spec.rfind('=');
   if (eq == std::string_view::npos || eq == 0) {
@@ -19,6 +53,12 @@ absl::StatusOr<PlaceRule> ParsePlaceRule(std::string_view spec) {
   }
   PlaceRule rule;
   rule.pattern = std::string(spec.substr(0, eq));
+  // A trailing @EXPERTS selects experts: digits, ',' and '-' only, so a regex's own '@' is left alone.
+  if (const size_t at = rule.pattern.rfind('@'); at != std::string::npos && at + 1 < rule.pattern.size() &&
+      rule.pattern.find_first_not_of("0123456789,-", at + 1) == std::string::npos) {
+    TANDEM_ASSIGN_OR_RETURN(rule.experts, ParseExpertList(std::string_view(rule.pattern).substr(at + 1), spec));
+    rule.pattern.resize(at);
+  }
   const std::string_view target = spec.substr(eq + 1);
   if (target == "cpu") {
     rule.target = Placement::kCpu;

@@ -19,9 +19,13 @@ namespace tandem {
 // --place REGEX=cpu|gpu|stream. The regex is searched (not anchored) in each GGUF tensor name, so
 // 'ffn_.*_exps' matches "blk.3.ffn_up_exps.weight". A rule that matches any tensor of a unit places the whole
 // unit, in both phases.
+// --place REGEX@EXPERTS=cpu|gpu|stream, EXPERTS a list of indices and ranges ("0-15", "1,5,9", "0-3,8"): in each
+// MoE layer with an expert tensor the regex matches, those experts go to the target and the layer's router stays
+// resident; its experts no rule names compute on the CPU.
 struct PlaceRule {
   std::string pattern;
   Placement target = Placement::kCpu;
+  std::vector<int> experts;  // the expert selector, ascending; empty: whole units
   std::shared_ptr<const std::regex> re;  // compiled pattern (shared: rules are copied around)
   bool Matches(std::string_view tensor_name) const;
 };
@@ -37,6 +41,12 @@ struct PlacementRequest {
   std::vector<PlaceRule> rules;         // in order; for each unit, the first rule that matches wins
   std::optional<uint64_t> vram_budget;  // explicit --vram-budget: a hard cap with no headroom taken off
   std::optional<uint64_t> host_ram;     // --host-ram: RAM to plan for instead of this machine's MemAvailable
+  // --expert-level: MoE layers place their experts one by one (router resident, hot experts resident, the rest on
+  // the CPU or streamed when routed). Off: whole FFN units, the layer-level plan (a streamed layer copies every
+  // expert).
+  bool expert_level = true;
+  // --expert-cache SIZE: VRAM for an LRU cache of the experts decode streams (each copied once while it stays hot).
+  std::optional<uint64_t> expert_cache;
 
   bool counts_given() const { return gpu_layers || cpu_layers || stream_layers; }
   // "--gpu-layers 30 --stream-layers 2", for messages.

@@ -21,6 +21,16 @@ const char* PlacementName(Placement p);  // "cpu", "gpu", "stream"
 // True for placements that run on an accelerator (gpu and stream).
 inline bool GpuSide(Placement p) { return p != Placement::kCpu; }
 
+// One routed expert of an MoE layer placed on its own (UnitPlan::experts): per phase cpu (computed by the host CPU
+// from its pages), gpu (resident on the unit's accelerator) or stream (copied to the accelerator when the router
+// picks it).
+struct ExpertPlacement {
+  Placement prefill = Placement::kCpu;
+  Placement decode = Placement::kCpu;
+  Placement at(Phase ph) const { return ph == Phase::kPrefill ? prefill : decode; }
+  bool operator==(const ExpertPlacement&) const = default;
+};
+
 struct UnitPlan {
   std::string name;             // "embd", "blk.3.attn", "blk.3.ffn", "output"
   UnitKind kind = UnitKind::kAttn;
@@ -33,11 +43,26 @@ struct UnitPlan {
   std::vector<std::string> tensors;  // GGUF tensor names in this unit
   uint64_t kv_bytes = 0;             // attention units: this layer's K+V cache (n_ctx rows); on the unit's
                                      // accelerator when it is GPU-side (gpu or stream), else in host RAM
+  // MoE FFN units placed expert by expert: [e] for each routed expert. The unit's own placement is then that of
+  // its router, norm and shared experts, and in a phase where that is cpu every expert is cpu too (routing stays
+  // on the device that computes it; the accelerator hands the CPU its experts' rows). Empty: the experts follow
+  // the unit, and a streamed unit copies all of them.
+  std::vector<ExpertPlacement> experts;
+  uint64_t expert_block_bytes = 0;   // one expert's matrices packed as the executor packs them
+  // The share of routed (token, expert) picks that land on a GPU-side expert in decode, expected from the
+  // routing statistics the plan was made with (uniform routing when none).
+  double expected_gpu_hit_rate = 0;
   double predicted_prefill_s = 0;    // per prefill batch of Plan::prefill_batch tokens
   double predicted_decode_s = 0;     // per decoded token
   Placement at(Phase ph) const { return ph == Phase::kPrefill ? prefill : decode; }
   // The GPU side holds this unit's weights resident (in either phase).
   bool resident() const { return prefill == Placement::kGpu || decode == Placement::kGpu; }
+  bool split() const { return !experts.empty(); }
+  int CountExperts(Phase ph, Placement p) const {
+    int n = 0;
+    for (const ExpertPlacement& e : experts) n += e.at(ph) == p;
+    return n;
+  }
 };
 
 // One device's memory. On an accelerator: weights are the resident units' blocks. On the host: weights are the
@@ -75,6 +100,14 @@ struct Plan {
   double disk_read_gbps = 0;        // the rate paged weights were predicted at (MachineProfile::disk_read_gbps)
   uint64_t disk_bytes_per_decode_token = 0;  // of the weights decode reads, those that come from disk
   uint64_t staging_slot_bytes = 0;  // size of EACH of the two staging buffers (the largest streamed unit); 0: none
+  // Per accelerator, one buffer for the routed experts of one streamed MoE layer: the most distinct streamed
+  // experts one batch can route to (top-k in decode, up to every streamed expert in prefill), packed.
+  uint64_t expert_staging_bytes = 0;
+  // --expert-cache: decode keeps streamed experts in an LRU cache of this many bytes per accelerator, so that an
+  // expert routed again is not copied again (slots of the largest streamed expert's block); 0: none.
+  uint64_t expert_cache_bytes = 0;
+  int expert_cache_slots = 0;
+  double expected_cache_hit_rate = 0;  // of decode's picks of streamed experts, those the cache is expected to hold
   int kv_elem_bytes = 2;        // bytes per cached K/V element the account assumed (2: F16)
   std::string device;           // the accelerators planned for, joined by '+' ("sim:12GiB", "cuda:0"), or "none"
   int prompt_tokens = 0;        // the expected mix auto placement minimised the time of

@@ -49,6 +49,23 @@ nlohmann::json PlanJson(const Plan& plan, bool with_tensors) {
       j["device"] = plan.devices[u.device];
       j["device_index"] = u.device;
     }
+    if (u.split()) {
+      auto counts = [&](Phase ph) {
+        return nlohmann::json{{"gpu", u.CountExperts(ph, Placement::kGpu)},
+                              {"cpu", u.CountExperts(ph, Placement::kCpu)},
+                              {"stream", u.CountExperts(ph, Placement::kStream)}};
+      };
+      nlohmann::json each_prefill = nlohmann::json::array(), each_decode = nlohmann::json::array();
+      for (const ExpertPlacement& e : u.experts) {
+        each_prefill.push_back(PlacementName(e.prefill));
+        each_decode.push_back(PlacementName(e.decode));
+      }
+      j["experts"] = {{"prefill", counts(Phase::kPrefill)},
+                      {"decode", counts(Phase::kDecode)},
+                      {"block_bytes", u.expert_block_bytes},
+                      {"expected_gpu_hit_rate", u.expected_gpu_hit_rate},
+                      {"each", {{"prefill", std::move(each_prefill)}, {"decode", std::move(each_decode)}}}};
+    }
     if (with_tensors) j["tensors"] = u.tensors;
     units.push_back(std::move(j));
   }
@@ -72,6 +89,10 @@ nlohmann::json PlanJson(const Plan& plan, bool with_tensors) {
            {{"gpu", AccountJson(plan.gpu)},
             {"host", AccountJson(plan.host)},
             {"staging_slot_bytes", plan.staging_slot_bytes},
+            {"expert_staging_bytes", plan.expert_staging_bytes},
+            {"expert_cache_bytes", plan.expert_cache_bytes},
+            {"expert_cache_slots", plan.expert_cache_slots},
+            {"expected_cache_hit_rate", plan.expected_cache_hit_rate},
             {"cpu_repack", plan.cpu_repack},
             {"host_ram_available", plan.host_ram_available},
             {"host_paged_bytes", plan.host_paged_bytes},
@@ -90,8 +111,21 @@ std::string PlanTable(const Plan& plan) {
   std::string out;
   out += Cat("device: ", plan.device, plan.has_gpu ? Cat(" (VRAM cap ", FormatBytes(plan.vram_budget), ")") : "",
              "\nplacement: ", plan.why, "\n\n");
+  const bool any_split = std::any_of(plan.units.begin(), plan.units.end(), [](const UnitPlan& u) { return u.split(); });
   out += Cat(Pad("unit", 14, false), Pad("weights", 11, true), Pad("KV", 11, true), "  ", Pad("prefill", 8, false),
-             Pad("decode", 8, false), Pad("prefill ms", 12, true), Pad("decode ms", 11, true), "\n");
+             Pad("decode", 8, false), Pad("prefill ms", 12, true), Pad("decode ms", 11, true),
+             any_split ? Cat("  ", Pad("experts gpu/cpu/stream", 24, false), "hit") : "", "\n");
+  // A split MoE layer's experts per phase ("16/48/0", or "prefill 0/0/64, decode 16/48/0" when they differ), and
+  // the share of decode's picks expected on the GPU.
+  auto experts = [](const UnitPlan& u) -> std::string {
+    if (!u.split()) return "";
+    auto counts = [&](Phase ph) {
+      return Cat(u.CountExperts(ph, Placement::kGpu), "/", u.CountExperts(ph, Placement::kCpu), "/",
+                 u.CountExperts(ph, Placement::kStream));
+    };
+    const std::string p = counts(Phase::kPrefill), d = counts(Phase::kDecode);
+    return Cat("  ", Pad(p == d ? d : Cat(p, " | ", d), 24, false), Fmt("%.0f%%", 100 * u.expected_gpu_hit_rate));
+  };
   const bool several = plan.devices.size() > 2;  // then each GPU-side placement names its device
   auto where = [&](const UnitPlan& u, Placement p) {
     std::string s = PlacementName(p);
@@ -102,7 +136,11 @@ std::string PlanTable(const Plan& plan) {
     out += Cat(Pad(u.name, 14, false), Pad(FormatBytes(u.weight_bytes), 11, true),
                Pad(u.kv_bytes ? FormatBytes(u.kv_bytes) : "-", 11, true), "  ", Pad(where(u, u.prefill), 8, false),
                Pad(where(u, u.decode), 8, false), Pad(Fmt("%.3f", u.predicted_prefill_s * 1e3), 12, true),
-               Pad(Fmt("%.3f", u.predicted_decode_s * 1e3), 11, true), "\n");
+               Pad(Fmt("%.3f", u.predicted_decode_s * 1e3), 11, true), experts(u), "\n");
+  }
+  if (any_split) {
+    out += "split MoE layers: the router resident; experts gpu (resident), cpu (computed there, beside the GPU's)\n"
+           "or stream (copied when routed); prefill | decode when they differ; hit: decode picks expected on the GPU\n";
   }
   if (several) {
     for (size_t d = 1; d < plan.devices.size(); ++d) {
@@ -135,6 +173,15 @@ std::string PlanTable(const Plan& plan) {
   }
   if (plan.staging_slot_bytes > 0) {
     out += Cat("staging: 2 buffers of ", FormatBytes(plan.staging_slot_bytes), "\n");
+  }
+  if (plan.expert_staging_bytes > 0) {
+    out += Cat("expert staging: ", FormatBytes(plan.expert_staging_bytes),
+               " (the most distinct streamed experts one batch routes to in a layer)\n");
+  }
+  if (plan.expert_cache_bytes > 0) {
+    out += Cat("expert cache: ", FormatBytes(plan.expert_cache_bytes), " (", plan.expert_cache_slots,
+               " experts, LRU), expected to hold ", Fmt("%.0f%%", 100 * plan.expected_cache_hit_rate),
+               " of decode's picks of streamed experts\n");
   }
   // The prompt's own batches: one shorter than a full batch goes as one batch of its length.
   const int batch = plan.prompt_tokens > 0 ? std::min(plan.prefill_batch, plan.prompt_tokens) : plan.prefill_batch;

@@ -181,6 +181,7 @@ absl::StatusOr<Plan> PlanModel(const GgufFile& file, const ModelConfig& cfg, con
   in.gen_tokens = opts.gen_tokens;
   in.n_threads = opts.n_threads;
   in.cpu_repack = ResolveRepack(opts.repack);
+  in.routing = opts.routing;  // Partition refuses a recording of another model
   if (req.host_ram) {
     in.host_ram_available = *req.host_ram;
   } else if (absl::StatusOr<HostMemory> host = ReadHostMemory(); host.ok()) {

@@ -15,6 +15,7 @@
 #include "runtime/backend.h"
 #include "graph/placement.h"
 #include "graph/plan.h"
+#include "graph/routing_stats.h"
 #include "graph/profile.h"
 
 namespace tandem {
@@ -66,6 +67,7 @@ struct PlanOptions {
   // The CPU backend's setting. kAuto also gives way when the repacked copies would not fit in RAM and the file's
   // pages (which can be paged) would: the plan then says cpu_repack = false, and the engine opens its CPU so.
   Repack repack = Repack::kAuto;
+  std::shared_ptr<const RoutingStats> routing;  // PartitionInput::routing
 };
 
 // BuildUnits + Partition for an opened model on a set-up device, held against this machine's available RAM

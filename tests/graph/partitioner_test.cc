@@ -27,14 +27,24 @@ PlaceRule Rule(const std::string& spec) { return ParsePlaceRule(spec).value(); }
 
 // The account recomputed from the plan's units, independently of the partitioner's own bookkeeping.
 struct Recount {
-  uint64_t weights = 0, kv = 0, slot = 0;
+  uint64_t weights = 0, kv = 0, slot = 0, expert_staging = 0;
 };
-Recount RecountGpu(const Plan& p, const std::vector<UnitSpec>& units) {
+// A split MoE layer holds its router and its resident experts; its streamed experts need staging for the most a
+// batch routes to: top-k in decode, up to all of them in a prefill batch.
+Recount RecountGpu(const Plan& p, const std::vector<UnitSpec>& units, int k = 2) {
   Recount r;
   for (size_t i = 0; i < p.units.size(); ++i) {
     const UnitPlan& u = p.units[i];
     EXPECT_EQ(u.name, units[i].name);
-    if (u.prefill == Placement::kGpu || u.decode == Placement::kGpu) {
+    if (u.split()) {
+      int resident = 0;
+      for (const ExpertPlacement& e : u.experts) resident += e.prefill == Placement::kGpu || e.decode == Placement::kGpu;
+      r.weights += units[i].own_packed_bytes + resident * units[i].expert_block_bytes;
+      const uint64_t most = std::max<uint64_t>(
+          std::min<uint64_t>(u.CountExperts(Phase::kPrefill, Placement::kStream), uint64_t(p.prefill_batch) * k),
+          std::min<uint64_t>(u.CountExperts(Phase::kDecode, Placement::kStream), k));
+      r.expert_staging = std::max(r.expert_staging, most * units[i].expert_block_bytes);
+    } else if (u.prefill == Placement::kGpu || u.decode == Placement::kGpu) {
       r.weights += units[i].packed_bytes;
     } else if (u.prefill == Placement::kStream || u.decode == Placement::kStream) {
       r.slot = std::max(r.slot, units[i].packed_bytes);
@@ -52,6 +62,15 @@ uint64_t RecountPcieDecode(const Plan& p, uint64_t n_embd, uint64_t n_vocab) {
   bool any_gpu = false;
   for (const UnitPlan& u : p.units) {
     if (u.decode == Placement::kStream) bytes += u.weight_bytes;
+    if (u.split()) {
+      // Uniform routing over 8 experts, top-2: each streamed expert is routed with chance 2/8; the routing comes
+      // back, and with CPU experts their weights, the input row and their slots cross too.
+      const int n_cpu = u.CountExperts(Phase::kDecode, Placement::kCpu);
+      const int n_stream = u.CountExperts(Phase::kDecode, Placement::kStream);
+      bytes += static_cast<uint64_t>(n_stream * 0.25 * static_cast<double>(u.expert_block_bytes));
+      if (n_cpu > 0) bytes += 2 * 2 * sizeof(int32_t) + n_embd * sizeof(float) + 2 * n_embd * sizeof(float);
+      if (n_cpu == 0 && n_stream > 0) bytes += 2 * sizeof(int32_t);
+    }
     if (&u != &p.units.front() && GpuSide(u.decode) != prev) bytes += n_embd * sizeof(float);
     prev = GpuSide(u.decode);
     any_gpu = any_gpu || prev;
@@ -114,6 +133,7 @@ TEST(Partitioner, SameInputsGiveTheSamePlan) {
 
 TEST(Partitioner, CountsPutCpuLayersFirstThenStreamThenGpuLast) {
   PartitionInput in = MixtralInput("sim:80GiB", CpuProfile(50, 500));
+  in.request.expert_level = false;  // whole units: a streamed MoE layer copies all its experts
   in.request.cpu_layers = 20;
   in.request.stream_layers = 4;  // gpu takes the remaining 8
   const Plan p = Partition(in).value();
@@ -134,6 +154,151 @@ TEST(Partitioner, CountsPutCpuLayersFirstThenStreamThenGpuLast) {
   EXPECT_EQ(p.gpu.staging, 2 * in.units[2].packed_bytes);
   // Streamed units cross PCIe every token.
   EXPECT_GE(p.pcie_bytes_per_decode_token, 4 * (in.units[1].weight_bytes + in.units[2].weight_bytes));
+}
+
+TEST(Partitioner, StreamedMoeLayersCopyOnlyTheRoutedExperts) {
+  PartitionInput in = MixtralInput("sim:80GiB", CpuProfile(50, 500));
+  in.request.cpu_layers = 20;
+  in.request.stream_layers = 4;
+  const Plan p = Partition(in).value();
+  PartitionInput whole_in = in;
+  whole_in.request.expert_level = false;
+  const Plan whole = Partition(whole_in).value();
+  for (const UnitPlan& u : p.units) {
+    if (u.kind != UnitKind::kFfn || u.layer < 20 || u.layer >= 24) {
+      EXPECT_FALSE(u.split()) << u.name;
+      continue;
+    }
+    // The router resident, every expert streamed when routed.
+    ASSERT_TRUE(u.split()) << u.name;
+    EXPECT_EQ(u.prefill, Placement::kGpu);
+    EXPECT_EQ(u.CountExperts(Phase::kDecode, Placement::kStream), 8);
+    EXPECT_EQ(u.CountExperts(Phase::kPrefill, Placement::kStream), 8);
+    EXPECT_EQ(u.expert_block_bytes, in.units[2].expert_block_bytes);
+  }
+  // No unit staging for the FFNs (only the streamed attention units), and expert staging for a prefill batch's
+  // worst case: all 8 experts.
+  EXPECT_EQ(p.staging_slot_bytes, in.units[1].packed_bytes);
+  EXPECT_EQ(p.expert_staging_bytes, 8 * in.units[2].expert_block_bytes);
+  EXPECT_EQ(p.gpu.staging, 2 * in.units[1].packed_bytes + 8 * in.units[2].expert_block_bytes);
+  // Decode copies 2 of 8 experts per streamed layer instead of all 8: a quarter of the layer-level bytes.
+  const double expert_bytes = 4 * 2 * static_cast<double>(in.units[2].expert_block_bytes);
+  EXPECT_NEAR(static_cast<double>(p.pcie_bytes_per_decode_token) - 4.0 * in.units[1].weight_bytes, expert_bytes,
+              0.01 * expert_bytes);
+  EXPECT_LT(p.pcie_bytes_per_decode_token, whole.pcie_bytes_per_decode_token / 3);
+  EXPECT_EQ(p.pcie_bytes_per_decode_token, RecountPcieDecode(p, 4096, 32000));
+  EXPECT_GT(p.predicted_decode_tps, whole.predicted_decode_tps);
+}
+
+TEST(Partitioner, AnExpertCacheCutsStreamedCopiesAsLruWould) {
+  PartitionInput in = MixtralInput("sim:80GiB", CpuProfile(50, 500));
+  in.request.cpu_layers = 20;
+  in.request.stream_layers = 4;
+  const Plan none = Partition(in).value();
+  const uint64_t block = in.units[2].expert_block_bytes;
+  // Uniform routing over 8 experts: with c of a layer's 8 in the cache, Che's approximation gives each a hit chance
+  // of c / 8, exactly.
+  for (int per_layer : {2, 4, 8}) {
+    in.request.expert_cache = 4 * per_layer * block;
+    const Plan p = Partition(in).value();
+    EXPECT_EQ(p.expert_cache_slots, 4 * per_layer);
+    EXPECT_EQ(p.expert_cache_bytes, 4 * per_layer * block);
+    EXPECT_NEAR(p.expected_cache_hit_rate, per_layer / 8.0, 1e-6) << per_layer;
+    // The cache takes the place of decode's staging; prefill still stages a batch's experts.
+    EXPECT_EQ(p.gpu.staging, none.gpu.staging + 4 * per_layer * block - 0) << per_layer;
+    // Decode copies what the cache misses: 4 layers x 2 picks x (1 - hit) blocks.
+    const double copies = 4 * 2 * (1 - per_layer / 8.0) * static_cast<double>(block);
+    const double expected = static_cast<double>(none.pcie_bytes_per_decode_token) - 4 * 2 * static_cast<double>(block) +
+                            copies;
+    EXPECT_NEAR(static_cast<double>(p.pcie_bytes_per_decode_token), expected, 0.001 * expected) << per_layer;
+    EXPECT_GE(p.predicted_decode_tps, none.predicted_decode_tps);
+  }
+  in.request.expert_cache = block;  // fewer slots than a token routes to
+  const absl::StatusOr<Plan> tiny = Partition(in);
+  ASSERT_FALSE(tiny.ok());
+  EXPECT_NE(Message(tiny.status()).find("a token routes to 2"), std::string::npos) << tiny.status();
+}
+
+TEST(Partitioner, ExpertLevelBeatsLayerLevelWhenExpertsDoNotFit) {
+  for (const char* dev : {"sim:12GiB", "sim:24GiB"}) {
+    PartitionInput in = MixtralInput(dev, CpuProfile(50, 300));
+    const Plan p = Partition(in).value();
+    in.request.expert_level = false;
+    const Plan whole = Partition(in).value();
+    EXPECT_GE(p.predicted_decode_tps, whole.predicted_decode_tps) << dev;
+    const Recount r = RecountGpu(p, in.units);
+    EXPECT_EQ(p.gpu.weights, r.weights) << dev;
+    // Hot experts are resident: the expected hit rate is the resident share (uniform routing: gpu / 8).
+    for (const UnitPlan& u : p.units) {
+      if (!u.split()) continue;
+      EXPECT_NEAR(u.expected_gpu_hit_rate, u.CountExperts(Phase::kDecode, Placement::kGpu) / 8.0, 1e-9) << u.name;
+    }
+  }
+}
+
+TEST(Partitioner, RecordedRoutingPutsTheHottestExpertsInVram) {
+  PartitionInput in = MixtralInput("sim:12GiB", CpuProfile(50, 300));
+  const Plan uniform = Partition(in).value();
+  // Every layer: expert 7 takes half the picks, expert 3 a quarter, the rest share what is left.
+  auto stats = std::make_shared<RoutingStats>(RoutingStats::Empty(32, 8, 2));
+  for (int l = 0; l < 32; ++l) {
+    std::vector<int32_t> ids;
+    for (int t = 0; t < 1000; ++t) {
+      ids.push_back(t % 2 == 0 ? 7 : (t % 4 == 1 ? 3 : t % 7));
+      ids.push_back(t % 7 == ids.back() ? (ids.back() + 1) % 7 : t % 7);
+    }
+    ASSERT_TRUE(stats->Add(l, ids, 1000, 2).ok());
+  }
+  in.routing = stats;
+  const Plan p = Partition(in).value();
+  int split = 0;
+  for (const UnitPlan& u : p.units) {
+    if (!u.split()) continue;
+    ++split;
+    const std::vector<int> order = stats->HotOrder(u.layer);
+    const int resident = u.CountExperts(Phase::kDecode, Placement::kGpu);
+    double share = 0;
+    for (int j = 0; j < 8; ++j) {
+      // The resident experts are the layer's most picked.
+      EXPECT_EQ(u.experts[order[j]].decode == Placement::kGpu, j < resident) << u.name << " expert " << order[j];
+      if (j < resident) share += stats->Share(u.layer, order[j]);
+    }
+    EXPECT_NEAR(u.expected_gpu_hit_rate, share / 2, 1e-9) << u.name;
+  }
+  EXPECT_GT(split, 0);
+  // Skew makes a few experts carry most picks: the same VRAM serves more of them.
+  EXPECT_GT(p.predicted_decode_tps, uniform.predicted_decode_tps);
+  // A recording of another model is refused, not read out of range.
+  in.routing = std::make_shared<RoutingStats>(RoutingStats::Empty(32, 16, 2));
+  EXPECT_EQ(Partition(in).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(Partitioner, ExpertRulesPlaceNamedExpertsAndTheRestOnTheCpu) {
+  PartitionInput in = MixtralInput("sim:24GiB", CpuProfile(50, 500));
+  in.request.rules = {Rule("blk\\.3\\.ffn_.*_exps@1,5=stream"), Rule("ffn_.*_exps@0-3=gpu"), Rule("attn=gpu")};
+  const Plan p = Partition(in).value();
+  for (const UnitPlan& u : p.units) {
+    if (u.kind != UnitKind::kFfn) continue;
+    ASSERT_TRUE(u.split()) << u.name;
+    EXPECT_EQ(u.prefill, Placement::kGpu) << u.name;  // the router stays resident
+    for (int e = 0; e < 8; ++e) {
+      Placement want = e < 4 ? Placement::kGpu : Placement::kCpu;
+      if (u.layer == 3 && (e == 1 || e == 5)) want = Placement::kStream;  // the first rule naming it wins
+      EXPECT_EQ(u.experts[e].prefill, want) << u.name << " expert " << e;
+      EXPECT_EQ(u.experts[e].decode, want) << u.name << " expert " << e;
+    }
+  }
+  const Recount r = RecountGpu(p, in.units);
+  EXPECT_EQ(p.gpu.weights, r.weights);
+  EXPECT_EQ(p.gpu.staging, 2 * r.slot + r.expert_staging);
+  EXPECT_EQ(p.expert_staging_bytes, 2 * in.units[2].expert_block_bytes);  // layer 3's two streamed experts
+  // Rules that do not fit the model are errors that say why.
+  in.request.rules = {Rule("ffn_.*_exps@8=gpu")};
+  absl::StatusOr<Plan> bad = Partition(in);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(Message(bad.status()).find("the model has 8"), std::string::npos) << bad.status();
+  in.request.rules = {Rule("ffn_.*_exps@0-7=gpu")};  // all 32 layers' experts: 25 GiB into 24
+  EXPECT_EQ(Partition(in).status().code(), absl::StatusCode::kResourceExhausted);
 }
 
 TEST(Partitioner, GpuLayersAloneLeaveTheRestOnTheCpu) {
@@ -232,7 +397,7 @@ TEST(Partitioner, VramAccountNeverExceedsTheBudget) {
         const Recount r = RecountGpu(*p, in.units);
         EXPECT_EQ(p->gpu.weights, r.weights);
         EXPECT_EQ(p->gpu.kv, r.kv);
-        EXPECT_EQ(p->gpu.staging, 2 * r.slot);
+        EXPECT_EQ(p->gpu.staging, 2 * r.slot + r.expert_staging);
         ExpectAttentionOnOneSide(*p);
         EXPECT_GT(p->predicted_decode_tps, 0);
         EXPECT_GT(p->predicted_prefill_tps, 0);
@@ -247,6 +412,14 @@ TEST(Partitioner, SlowLinkDecodesOffloadedUnitsOnTheCpu) {
   const Plan p = Partition(in).value();
   int offloaded = 0;
   for (const UnitPlan& u : p.units) {
+    if (u.split()) {  // experts placed one by one: the ones not resident decode on the CPU
+      for (const ExpertPlacement& e : u.experts) {
+        if (e.decode == Placement::kGpu) continue;
+        ++offloaded;
+        EXPECT_EQ(e.decode, Placement::kCpu) << u.name;
+      }
+      continue;
+    }
     if (u.kind == UnitKind::kEmbd || u.resident()) continue;
     ++offloaded;
     EXPECT_EQ(u.decode, Placement::kCpu) << u.name;
@@ -262,6 +435,16 @@ TEST(Partitioner, FastLinkStreamsPrefillFromASlowCpu) {
   const Plan p = Partition(in).value();
   int offloaded_ffn = 0;
   for (const UnitPlan& u : p.units) {
+    if (u.layer == 31) continue;  // past the last attention only the prompt's last token goes on: the CPU may do
+    if (u.split()) {  // the experts not resident stream in prefill
+      offloaded_ffn += u.CountExperts(Phase::kPrefill, Placement::kGpu) < static_cast<int>(u.experts.size());
+      for (const ExpertPlacement& e : u.experts) {
+        if (e.prefill != Placement::kGpu) {
+          EXPECT_EQ(e.prefill, Placement::kStream) << u.name;
+        }
+      }
+      continue;
+    }
     if (u.kind != UnitKind::kFfn || u.resident()) continue;
     ++offloaded_ffn;
     EXPECT_EQ(u.prefill, Placement::kStream) << u.name;

@@ -31,6 +31,24 @@ TEST(Placement, BadRulesAreErrors) {
   EXPECT_NE(Message(ParsePlaceRule("([=cpu").status()).find("regular expression"), std::string::npos);
 }
 
+TEST(Placement, ExpertSelectorsParse) {
+  PlaceRule r = ParsePlaceRule("ffn_.*_exps@0-3,8,10-11=gpu").value();
+  EXPECT_EQ(r.pattern, "ffn_.*_exps");
+  EXPECT_EQ(r.experts, (std::vector<int>{0, 1, 2, 3, 8, 10, 11}));
+  EXPECT_EQ(r.target, Placement::kGpu);
+  r = ParsePlaceRule("blk\\.3\\.ffn_.*_exps@5,1,5=stream").value();  // sorted, no repeats
+  EXPECT_EQ(r.experts, (std::vector<int>{1, 5}));
+  // An '@' that is not followed by a list belongs to the regex.
+  r = ParsePlaceRule("a@b=cpu").value();
+  EXPECT_EQ(r.pattern, "a@b");
+  EXPECT_TRUE(r.experts.empty());
+  for (const char* bad : {"exps@3-1=gpu", "exps@1,,2=gpu", "exps@-2=gpu", "exps@1-=gpu", "exps@9999999=gpu"}) {
+    const absl::StatusOr<PlaceRule> b = ParsePlaceRule(bad);
+    ASSERT_FALSE(b.ok()) << bad;
+    EXPECT_NE(Message(b.status()).find("expert list"), std::string::npos) << bad << ": " << b.status();
+  }
+}
+
 TEST(Placement, FirstMatchingRuleWins) {
   const std::vector<PlaceRule> rules = {ParsePlaceRule("blk\\.1\\.=gpu").value(), ParsePlaceRule("ffn=cpu").value()};
   const std::vector<std::string> l1 = {"blk.1.ffn_norm.weight", "blk.1.ffn_up.weight"};
