@@ -21,6 +21,8 @@
 
 namespace tandem {
 
+class ExpertDispatch;  // arch/blocks.h
+
 // The weights of one placement unit, where its family's schema put them: slots[entry.slot], and for expert
 // stacks expert(entry.slot, e). An optional tensor the file lacks is an empty matrix. The views point into the
 // file's mapping, a device's memory or nowhere (data null: planning and counting).
@@ -62,6 +64,9 @@ struct StepContext {
   int64_t n_live = 0;
   // Host scratch for one MoE layer's expert views (MoeExpertsArgs::experts), n_expert long; sized at planning.
   ExpertMatrices* expert_views = nullptr;
+  // The executor's hand in MoE layers (experts split between devices, routing recorded); null: every expert runs
+  // on the unit's backend.
+  ExpertDispatch* experts = nullptr;
   // Called after each named op with (backend, data, n floats, name, layer); null = no dump.
   std::function<void(Backend&, const float*, int64_t, std::string_view, int)> on_named;
 

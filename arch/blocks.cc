@@ -90,6 +90,16 @@ void GatedFfnBlock(Backend& be, const StepContext& s, int il, const FfnWeights& 
   be.Add(x, act.cur, n * n_embd, x);
 }
 
+ExpertMatrices ExpertViews(const UnitWeights& unit, const MoeWeights& w, int e) {
+  auto bias = [&](int slot) -> const float* {
+    if (slot < 0 || !unit.expert(slot, e).present()) return nullptr;
+    return static_cast<const float*>(unit.expert(slot, e).data);
+  };
+  return ExpertMatrices{.gate = &unit.expert(w.gate_slot, e), .up = &unit.expert(w.up_slot, e),
+                        .down = &unit.expert(w.down_slot, e), .gate_bias = bias(w.gate_bias_slot),
+                        .up_bias = bias(w.up_bias_slot), .down_bias = bias(w.down_bias_slot)};
+}
+
 void MoeFfnBlock(Backend& be, const StepContext& s, int il, const MoeWeights& w, const MoeOptions& o, int64_t n,
                  float* x, Activations& act) {
   const ModelConfig& c = *s.cfg;
@@ -99,20 +109,17 @@ void MoeFfnBlock(Backend& be, const StepContext& s, int il, const MoeWeights& w,
   if (w.router_bias != nullptr) be.AddBias(act.router, w.router_bias, n, c.n_expert, act.router);
   s.Named(be, act.router, n * c.n_expert, "ffn_gate_inp", il);
   be.MoeRoute(act.router, n, o.route, act.expert_ids, act.expert_weights);
-  auto bias = [&](int slot, int e) -> const float* {
-    if (slot < 0 || !w.unit->expert(slot, e).present()) return nullptr;
-    return static_cast<const float*>(w.unit->expert(slot, e).data);
-  };
-  for (int e = 0; e < c.n_expert; ++e) {
-    s.expert_views[e] = ExpertMatrices{.gate = &w.unit->expert(w.gate_slot, e), .up = &w.unit->expert(w.up_slot, e),
-                                       .down = &w.unit->expert(w.down_slot, e), .gate_bias = bias(w.gate_bias_slot, e),
-                                       .up_bias = bias(w.up_bias_slot, e), .down_bias = bias(w.down_bias_slot, e)};
-  }
-  be.MoeExperts(MoeExpertsArgs{
+  for (int e = 0; e < c.n_expert; ++e) s.expert_views[e] = ExpertViews(*w.unit, w, e);
+  const MoeExpertsArgs experts{
       .experts = s.expert_views, .n_expert = c.n_expert, .x = act.cur, .n_tok = n, .ids = act.expert_ids,
       .weights = act.expert_weights, .k = k, .act = o.act, .weight_input = o.weight_input,
       .buf = ExpertBuffers{.xe = act.xe, .gate = act.gate, .up = act.up, .rows = act.expert_rows},
-      .out = act.slots});
+      .out = act.slots};
+  if (s.experts != nullptr) {
+    s.experts->Run(be, il, w, experts);
+  } else {
+    be.MoeExperts(experts);
+  }
   for (int j = 1; j < k; ++j) be.Add(act.slots, act.slots + j * slot_elems, slot_elems, act.slots);
   s.Named(be, act.slots, slot_elems, "ffn_moe_out", il);
   be.Add(x, act.slots, slot_elems, x);

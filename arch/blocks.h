@@ -69,6 +69,19 @@ struct MoeWeights {
   // Per-expert biases: expert(slot, e) as a [1 x width] F32 row; -1 when the family has none.
   int gate_bias_slot = -1, up_bias_slot = -1, down_bias_slot = -1;
 };
+// Expert e's matrices in `unit`, as `w` numbers the slots.
+ExpertMatrices ExpertViews(const UnitWeights& unit, const MoeWeights& w, int e);
+
+// Where an MoE layer's experts run when they are placed one by one (graph/executor.cc). Given the call the unit's
+// backend would make (ids, weights, x, buffers and out on that backend; a.experts the unit's own views), it
+// leaves in a.out what be.MoeExperts(a) would, within the dtype tolerance: each expert on its own device, the
+// partial slots merged by addition (runtime/ops.h: a slot no call computes is zero).
+class ExpertDispatch {
+ public:
+  virtual ~ExpertDispatch() = default;
+  virtual void Run(Backend& be, int il, const MoeWeights& w, const MoeExpertsArgs& a) = 0;
+};
+
 struct MoeOptions {
   MoeRouteParams route;
   GluParams act;

@@ -37,7 +37,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& opts) 
   for (const std::string& note : dev.notes) std::fprintf(stderr, "note: %s\n", note.c_str());
   const PlanOptions po{.n_ctx = e->n_ctx_, .n_batch = e->n_batch_, .n_threads = std::max(opts.n_threads, 1),
                        .kv_elem_bytes = opts.kv_type == DType::kF16 ? 2 : 4, .prompt_tokens = opts.prompt_tokens,
-                       .gen_tokens = opts.gen_tokens, .repack = opts.repack};
+                       .gen_tokens = opts.gen_tokens, .repack = opts.repack, .routing = opts.routing};
   TANDEM_ASSIGN_OR_RETURN(Plan plan, PlanModel(*e->file_, cfg, dev, opts.placement, po));
   for (const std::string& w : plan.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
   // This CPU's kernel settings, measured once (about a second) when no profile holds them; after planning, so that
@@ -84,7 +84,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& opts) 
     std::fprintf(stderr, "warning: NUMA placement not applied: %s\n", Message(bound.status()).c_str());
   }
   ExecutorOptions xo{.n_ctx = e->n_ctx_, .max_batch = e->n_batch_, .kv_type = opts.kv_type, .dump = opts.dump,
-                     .progress = opts.progress};
+                     .progress = opts.progress, .on_routing = opts.on_routing};
   // The CPU's repacked copies go where the plan put the file's pages: each group of 16 rows with its rows.
   TANDEM_ASSIGN_OR_RETURN(std::vector<MemoryRegion> file_regions, NumaMemoryRegions(e->numa_, *e->file_));
   if (!file_regions.empty()) {

@@ -16,6 +16,7 @@
 #include "graph/numa_plan.h"
 #include "graph/placement.h"
 #include "graph/plan.h"
+#include "graph/routing_stats.h"
 #include "runtime/devices.h"
 
 namespace tandem {
@@ -35,6 +36,9 @@ struct EngineOptions {
   DType kv_type = DType::kF16;
   ExecutorOptions::DumpFn dump;       // named intermediates, for debugging and tests
   ExecutorOptions::ProgressFn progress;
+  ExecutorOptions::RoutingFn on_routing;  // --routing-out: each MoE layer's routing
+  // Recorded routing the planner picks hot experts and predicts hit rates with (--routing); null: uniform.
+  std::shared_ptr<const RoutingStats> routing;
 };
 
 class Engine {

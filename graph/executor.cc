@@ -4,103 +4,15 @@
 #include <cstring>
 
 #include "core/status.h"
+#include "graph/executor_impl.h"
 #include "runtime/devices.h"
 
 namespace tandem {
-namespace {
-
-constexpr size_t kAlign = 256;
-size_t AlignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-
-// One placement unit: its weights in each place they live.
-struct Unit {
-  const UnitPlan* plan = nullptr;
-  int device = 0;         // its accelerator when either phase is GPU-side
-  UnitWeights host;       // views into the mmap
-  UnitWeights cpu_view;   // what the CPU computes with: host, with MatMul weights in the CPU's own layout
-  UnitWeights resident;   // views into its accelerator's memory (when resident)
-  UnitWeights staged[2];  // views into its accelerator's two staging buffers (when streamed)
-  std::vector<size_t> offsets;  // packed offset of each matrix, in ForEach order
-  size_t packed_bytes = 0;
-  void* vram = nullptr;         // resident copy
-  void* pinned = nullptr;       // packed source for streaming
-  std::vector<WeightMatrix> cpu_copies;  // the CPU backend's own copies, released through it
-};
-
-// An accelerator's state.
-struct Accelerator {
-  Backend* be = nullptr;
-  bool used = false;            // the plan puts something here
-  bool runs[2] = {false, false};  // per phase: a unit runs here
-  Activations act;
-  void* staging[2] = {nullptr, nullptr};
-  int copy_done[2] = {-1, -1};
-  int compute_done[2] = {-1, -1};
-  std::vector<void*> allocs;
-  std::vector<size_t> streamed[2];  // per phase: indices of the units streamed here, in order; slot = rank % 2
-};
-
-// Rewrites the views of `u.host` to point into a packed block at `base`.
-UnitWeights Relocate(const Unit& u, void* base) {
-  UnitWeights w = u.host;
-  size_t i = 0;
-  w.ForEach([&](WeightMatrix& m) { m.data = static_cast<uint8_t*>(base) + u.offsets[i++]; });
-  return w;
-}
-
-}  // namespace
-
-struct Executor::Impl {
-  const GgufFile* file = nullptr;
-  ModelSchema model;
-  ExecutorOptions opts;
-  Backend* cpu = nullptr;
-  std::vector<Accelerator> accel;  // [device]; [0] unused (the host)
-  std::vector<Unit> units;         // plan order
-  std::vector<KvLayer> kv;         // per layer, on the device of its attention unit
-  Activations cpu_act;
-  void* cpu_act_block = nullptr;
-  Backend* cpu_act_pinned_by = nullptr;  // the accelerator that pinned the host activations, or null
-  std::vector<void*> cpu_allocs;
-  std::vector<ExpertMatrices> expert_views;
-  std::vector<size_t> next_streamed;  // [device] during a step: how many of its streamed units have run
-  std::vector<float> dump_scratch;
-  std::vector<const void*> embd_data;  // the embeddings' matrices in the mmap: row lookups read them there, so they
-                                       // stay mapped
-  bool IsEmbd(const void* p) const { return std::find(embd_data.begin(), embd_data.end(), p) != embd_data.end(); }
-
-  ~Impl() {
-    for (size_t d = 1; d < accel.size(); ++d) {
-      Accelerator& a = accel[d];
-      if (a.be == nullptr) continue;
-      (void)a.be->Synchronize(Stream::kCompute);
-      (void)a.be->Synchronize(Stream::kCopy);
-      for (void* p : a.allocs) a.be->Free(p);
-    }
-    for (Unit& u : units) {
-      if (u.pinned != nullptr) accel[u.device].be->FreeHostPinned(u.pinned);
-      for (const WeightMatrix& m : u.cpu_copies) cpu->ReleaseMatMulWeights(m);
-    }
-    if (cpu_act_pinned_by != nullptr) cpu_act_pinned_by->FreeHostPinned(cpu_act_block);
-    for (void* p : cpu_allocs) cpu->Free(p);
-  }
-
-  absl::StatusOr<void*> DeviceAlloc(int d, size_t bytes, std::string_view what) {
-    TANDEM_ASSIGN_OR_RETURN(void* p, accel[d].be->Alloc(bytes, what));
-    accel[d].allocs.push_back(p);
-    return p;
-  }
-
-  absl::Status BuildUnits(const Plan& plan);
-  absl::Status PrepareCpuWeights(Unit& u);
-  void ReleaseHostPages(const Unit& u, const UnitWeights& kept);
-  absl::Status Load(ExecutorStats& stats);
-  absl::Status AllocateState();
-};
 
 absl::Status Executor::Impl::BuildUnits(const Plan& plan) {
   const ModelConfig& cfg = model.cfg;
   const TensorData data_of = [this](const GgufTensorInfo& t) { return file->TensorData(t); };
+  ffn_of.assign(cfg.n_layer, nullptr);
   for (const UnitPlan& up : plan.units) {
     Unit u;
     u.plan = &up;
@@ -116,9 +28,14 @@ absl::Status Executor::Impl::BuildUnits(const Plan& plan) {
       return InvalidArgument("plan unit '", up.name, "' changes side between phases; its KV cache cannot follow");
     }
     u.host = BindUnit(model, up.kind, up.layer, data_of);
+    if (up.split()) {
+      TANDEM_RETURN_IF_ERROR(CheckSplit(up));
+      u.split = true;
+      u.experts_label = Cat(up.name, ".experts");
+    }
     if (up.kind == UnitKind::kEmbd) u.host.ForEach([&](WeightMatrix& m) { embd_data.push_back(m.data); });
     size_t off = 0;
-    u.host.ForEach([&](WeightMatrix& m) {
+    u.ForEachOwn(u.host, [&](WeightMatrix& m) {
       u.offsets.push_back(off);
       off = AlignUp(off + m.bytes());
     });
@@ -146,6 +63,9 @@ absl::Status Executor::Impl::BuildUnits(const Plan& plan) {
     if (seen_attn[il] != 1 || seen_ffn[il] != 1) return InvalidArgument("plan does not cover layer ", il, " once");
   }
   if (seen_embd != 1 || seen_output != 1) return InvalidArgument("plan needs exactly one embd and one output unit");
+  for (Unit& u : units) {
+    if (u.plan->kind == UnitKind::kFfn) ffn_of[u.plan->layer] = &u;
+  }
   return absl::OkStatus();
 }
 
@@ -161,7 +81,7 @@ absl::Status Executor::Impl::Load(ExecutorStats& stats) {
       u.resident = Relocate(u, u.vram);
       size_t i = 0;
       absl::Status st;
-      u.host.ForEach([&](WeightMatrix& m) {
+      u.ForEachOwn(u.host, [&](WeightMatrix& m) {
         if (st.ok()) {
           st = dev->CopyHostToDevice(static_cast<uint8_t*>(u.vram) + u.offsets[i], m.data, m.bytes(), Stream::kCopy);
         }
@@ -174,7 +94,7 @@ absl::Status Executor::Impl::Load(ExecutorStats& stats) {
     if (is_streamed) {  // streamed weights go to pinned RAM, packed so one copy moves the unit
       TANDEM_ASSIGN_OR_RETURN(u.pinned, dev->AllocHostPinned(u.packed_bytes));
       size_t i = 0;
-      u.host.ForEach([&](WeightMatrix& m) {
+      u.ForEachOwn(u.host, [&](WeightMatrix& m) {
         std::memcpy(static_cast<uint8_t*>(u.pinned) + u.offsets[i++], m.data, m.bytes());
       });
       max_streamed[u.device] = std::max(max_streamed[u.device], u.packed_bytes);
@@ -188,8 +108,14 @@ absl::Status Executor::Impl::Load(ExecutorStats& stats) {
     } else if (on_cpu) {
       TANDEM_RETURN_IF_ERROR(PrepareCpuWeights(u));
     }
+    if (u.split) {
+      if (!on_cpu) u.cpu_view = u.host;  // the experts' part of it is the CPU's
+      TANDEM_RETURN_IF_ERROR(LoadExperts(u, stats));
+    }
     // Once copied to VRAM, pinned RAM or the CPU's own layout, the mapped pages only cost resident memory.
-    ReleaseHostPages(u, on_cpu ? u.cpu_view : UnitWeights{});
+    UnitWeights kept = on_cpu || u.split ? u.cpu_view : UnitWeights{};
+    if (u.split && !on_cpu) kept.slots.clear();
+    ReleaseHostPages(u, kept);
     done += u.packed_bytes;
     if (opts.progress) opts.progress(done, total);
   }
@@ -206,30 +132,48 @@ absl::Status Executor::Impl::Load(ExecutorStats& stats) {
     if (u.pinned == nullptr) continue;
     for (int s = 0; s < 2; ++s) u.staged[s] = Relocate(u, accel[u.device].staging[s]);
   }
-  return absl::OkStatus();
+  // Streamed experts: room for the most distinct ones a batch can route to in one layer.
+  std::vector<size_t> expert_staging(accel.size(), 0);
+  const int k = std::max(model.cfg.n_expert_used, 1);
+  for (const Unit& u : units) {
+    if (!u.split) continue;
+    const int64_t most[2] = {static_cast<int64_t>(opts.max_batch) * k, k};  // [prefill, decode]
+    for (Phase ph : {Phase::kPrefill, Phase::kDecode}) {
+      if (ph == Phase::kDecode && plan->expert_cache_bytes > 0) continue;  // decode copies into the cache
+      const int64_t n = std::min<int64_t>(u.plan->CountExperts(ph, Placement::kStream), most[static_cast<int>(ph)]);
+      expert_staging[u.device] = std::max(expert_staging[u.device], static_cast<size_t>(n) * u.ex.block);
+    }
+  }
+  for (size_t d = 1; d < accel.size(); ++d) {
+    if (expert_staging[d] == 0) continue;
+    Accelerator& a = accel[d];
+    TANDEM_ASSIGN_OR_RETURN(a.expert_staging, DeviceAlloc(static_cast<int>(d), expert_staging[d], "expert staging"));
+    TANDEM_ASSIGN_OR_RETURN(a.expert_copy_done, a.be->CreateEvent());
+  }
+  return AllocateExpertCache();
 }
 
 absl::Status Executor::Impl::PrepareCpuWeights(Unit& u) {
   u.cpu_view = u.host;
   if (u.plan->kind == UnitKind::kEmbd) return absl::OkStatus();  // a row lookup, not a MatMul
   absl::Status st;
-  u.cpu_view.ForEach([&](WeightMatrix& m) {
-    if (!st.ok()) return;
-    absl::StatusOr<WeightMatrix> prepared = cpu->PrepareMatMulWeights(m, u.plan->name);
-    if (!prepared.ok()) {
-      st = prepared.status();
-      return;
-    }
-    if (prepared->data != m.data) {
-      u.cpu_copies.push_back(*prepared);
-      if (opts.on_cpu_copy) st = opts.on_cpu_copy(m, *prepared);
-      // Copies to VRAM or pinned RAM were made before; drop the mapped pages now, matrix by matrix, so that load
-      // never holds a whole unit (a layer's experts) twice.
-      if (!IsEmbd(m.data)) file->ReleasePages(m.data, m.bytes());
-    }
-    m = *prepared;
+  u.ForEachOwn(u.cpu_view, [&](WeightMatrix& m) {
+    if (st.ok()) st = PrepareCpuMatrix(u, m);
   });
   return st;
+}
+
+absl::Status Executor::Impl::PrepareCpuMatrix(Unit& u, WeightMatrix& m) {
+  TANDEM_ASSIGN_OR_RETURN(const WeightMatrix prepared, cpu->PrepareMatMulWeights(m, u.plan->name));
+  if (prepared.data != m.data) {
+    u.cpu_copies.push_back(prepared);
+    if (opts.on_cpu_copy) TANDEM_RETURN_IF_ERROR(opts.on_cpu_copy(m, prepared));
+    // Copies to VRAM or pinned RAM were made before; drop the mapped pages now, matrix by matrix, so that load
+    // never holds a whole unit (a layer's experts) twice.
+    if (!IsEmbd(m.data)) file->ReleasePages(m.data, m.bytes());
+  }
+  m = prepared;
+  return absl::OkStatus();
 }
 
 // Releases the mapped pages of every matrix of u that `kept` (the CPU's view, or nothing) does not read from the
@@ -278,7 +222,22 @@ absl::Status Executor::Impl::AllocateState() {
   }
   cpu_act = CarveActivations(cpu_act_block, cfg, max_tok);
   expert_views.resize(static_cast<size_t>(std::max(cfg.n_expert, 0)));
+  side_views.resize(expert_views.size());
+  staged.assign(expert_views.size(), 0);
   next_streamed.assign(accel.size(), 0);
+  // An accelerator that runs a split layer's router while the CPU computes some of its experts adds their slots.
+  for (const Unit& u : units) {
+    if (!u.split) continue;
+    bool cpu_share = false;
+    for (Phase ph : {Phase::kPrefill, Phase::kDecode}) {
+      cpu_share = cpu_share || (GpuSide(u.plan->at(ph)) && u.plan->CountExperts(ph, Placement::kCpu) > 0);
+    }
+    Accelerator& a = accel[u.device];
+    if (!cpu_share || a.merge != nullptr) continue;
+    const size_t bytes = static_cast<size_t>(cfg.n_expert_used) * max_tok * cfg.n_embd * sizeof(float);
+    TANDEM_ASSIGN_OR_RETURN(void* merge, DeviceAlloc(u.device, bytes, "expert merge"));
+    a.merge = static_cast<float*>(merge);
+  }
 
   const size_t elem = opts.kv_type == DType::kF16 ? 2 : 4;
   const size_t half = static_cast<size_t>(opts.n_ctx) * cfg.n_embd_kv() * elem;
@@ -316,11 +275,15 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const GgufFile& file,
   m.opts = opts;
   m.opts.max_batch = std::min(opts.max_batch, opts.n_ctx);
   m.cpu = devices[kHostDevice];
+  m.plan = &ex->plan_;
   m.accel.resize(devices.size());
   for (size_t d = 1; d < devices.size(); ++d) m.accel[d].be = devices[d];
   TANDEM_RETURN_IF_ERROR(m.BuildUnits(ex->plan_));
   TANDEM_RETURN_IF_ERROR(m.Load(ex->stats_));
   TANDEM_RETURN_IF_ERROR(m.AllocateState());
+  const bool any_split = std::any_of(m.units.begin(), m.units.end(), [](const Unit& u) { return u.split; });
+  if (any_split || opts.on_routing) m.dispatch = std::make_unique<Impl::Dispatch>(&m);
+  m.stats = &ex->stats_;
   for (size_t d = 1; d < m.accel.size(); ++d) {
     if (m.accel[d].used) ex->stats_.peak_vram_bytes += m.accel[d].be->peak_bytes();
   }
@@ -355,7 +318,11 @@ absl::Status Executor::Forward(std::span<const int32_t> tokens, int64_t pos0, in
     pcie += 2 * n * 4;
   }
 
-  StepContext s{.cfg = &c, .n_tok = n, .pos0 = pos0, .n_live = n, .expert_views = m.expert_views.data()};
+  StepContext s{.cfg = &c, .n_tok = n, .pos0 = pos0, .n_live = n, .expert_views = m.expert_views.data(),
+                .experts = m.dispatch.get()};
+  m.phase = phase;
+  m.step_pcie = &pcie;
+  m.step_error = absl::OkStatus();
   if (m.opts.dump) {
     s.on_named = [&m](Backend& be, const float* data, int64_t count, std::string_view name, int il) {
       if (be.host_memory()) {
@@ -457,6 +424,7 @@ absl::Status Executor::Forward(std::span<const int32_t> tokens, int64_t pos0, in
     if (first_error.ok()) first_error = st;
   }
   if (absl::Status st = m.cpu->TakeError(); first_error.ok()) first_error = st;
+  if (first_error.ok()) first_error = m.step_error;
   uint64_t peak = 0;
   for (size_t d = 1; d < m.accel.size(); ++d) {
     if (m.accel[d].used) peak += m.accel[d].be->peak_bytes();

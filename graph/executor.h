@@ -34,6 +34,19 @@ struct ExecutorOptions {
   // file's view and the copy, so that the copy can be placed where the file's pages were (NUMA). Null: nothing.
   using CopyFn = std::function<absl::Status(const WeightMatrix& original, const WeightMatrix& copy)>;
   CopyFn on_cpu_copy;
+  // Sees each MoE layer's routing as host ids ([n_tok][k], each in [0, n_expert)): `tandem run --routing-out`.
+  // Routing computed on an accelerator is copied back first. Null: nothing recorded.
+  using RoutingFn = std::function<void(int layer, std::span<const int32_t> ids, int64_t n_tok, int k)>;
+  RoutingFn on_routing;
+  // Records the host CPU's share of split MoE layers (ExecutorStats::host_trace). Tests read it to check overlap.
+  bool trace_host = false;
+};
+
+// A stretch of host CPU work, in steady_clock nanoseconds (the clock SimBackend's trace counts from).
+struct HostTraceEvent {
+  std::string label;  // "blk.3.ffn.experts"
+  int64_t start_ns = 0;
+  int64_t end_ns = 0;
 };
 
 struct ExecutorStats {
@@ -44,6 +57,15 @@ struct ExecutorStats {
   uint64_t peak_vram_bytes = 0;        // all accelerators together
   uint64_t decode_tokens = 0;
   uint64_t prefill_tokens = 0;
+  // Experts placed one by one (in layers with an expert off the GPU): routed (token, expert) picks, and those that
+  // found their expert resident, per phase [prefill, decode]; and the streamed experts' weights copied.
+  uint64_t expert_picks[2] = {0, 0};
+  uint64_t expert_gpu_picks[2] = {0, 0};
+  uint64_t expert_stream_bytes[2] = {0, 0};
+  // Decode's expert cache (Plan::expert_cache_bytes): routed streamed experts found there, and those copied in.
+  uint64_t expert_cache_hits = 0;
+  uint64_t expert_cache_misses = 0;
+  std::vector<HostTraceEvent> host_trace;  // ExecutorOptions::trace_host
 };
 
 class Executor {

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -20,9 +21,21 @@
 
 namespace tandem::test {
 
-std::string DataPath(const std::string& rel) { return std::string(TANDEM_TESTDATA_DIR) + "/" + rel; }
-std::string ModelPath(const std::string& file) { return std::string(TANDEM_SOURCE_DIR) + "/models/" + file; }
-std::string TandemBin() { return TANDEM_BIN; }
+// TANDEM_TEST_SOURCE_DIR and TANDEM_TEST_BIN stand in for the paths compiled in when the tests run in another
+// checkout (tools/gpu-check.sh runs packed test binaries on a GPU machine).
+std::string SourceDir() {
+  const char* dir = std::getenv("TANDEM_TEST_SOURCE_DIR");
+  return dir != nullptr ? dir : TANDEM_SOURCE_DIR;
+}
+std::string DataPath(const std::string& rel) {
+  return std::getenv("TANDEM_TEST_SOURCE_DIR") != nullptr ? SourceDir() + "/tests/data/" + rel
+                                                          : std::string(TANDEM_TESTDATA_DIR) + "/" + rel;
+}
+std::string ModelPath(const std::string& file) { return SourceDir() + "/models/" + file; }
+std::string TandemBin() {
+  const char* bin = std::getenv("TANDEM_TEST_BIN");
+  return bin != nullptr ? bin : TANDEM_BIN;
+}
 
 std::string ReadFile(const std::string& path) {
   std::ifstream f(path, std::ios::binary);

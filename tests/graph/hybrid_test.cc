@@ -121,6 +121,10 @@ std::set<Placement> ModesOf(const Plan& p) {
   for (const UnitPlan& u : p.units) {
     s.insert(u.prefill);
     s.insert(u.decode);
+    for (const ExpertPlacement& e : u.experts) {  // a split MoE layer's experts, each where it runs
+      s.insert(e.prefill);
+      s.insert(e.decode);
+    }
   }
   return s;
 }
