@@ -114,6 +114,9 @@ int CmdBench(std::span<const std::string> argv) {
                    .n_ctx = std::max(max_p, max_n) + 1,
                    .n_batch = std::max(1, std::min(f.n_batch, std::max(max_p, 1))), .n_threads = f.n_threads};
   eo.numa = f.placement.numa;
+  absl::StatusOr<std::shared_ptr<const RoutingStats>> routing = LoadRoutingFlag(f.placement, f.model);
+  if (!routing.ok()) return Fail(routing.status());
+  eo.routing = *routing;
   auto engine_or = Engine::Open(eo);
   if (!engine_or.ok()) return Fail(engine_or.status());
   Engine& e = **engine_or;

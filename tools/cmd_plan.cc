@@ -1,5 +1,7 @@
 // tandem plan: where each unit runs in prefill and decode, the memory per device, and the predicted cost.
+#include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <filesystem>
 
 #include "core/gguf.h"
@@ -96,6 +98,8 @@ int CmdPlan(std::span<const std::string> args) {
   if (!file.ok()) return Fail(file.status());
   absl::StatusOr<ModelConfig> cfg = LoadModelConfig(**file);
   if (!cfg.ok()) return Fail(cfg.status());
+  absl::StatusOr<std::shared_ptr<const RoutingStats>> routing = LoadRoutingFlag(f.placement, *cfg);
+  if (!routing.ok()) return Fail(routing.status());
 
   DeviceSetupOptions dopts;
   dopts.n_threads = static_cast<int>(f.n_threads);
@@ -118,9 +122,17 @@ int CmdPlan(std::span<const std::string> args) {
   popts.n_threads = dev->profile.n_threads;
   popts.prompt_tokens = static_cast<int>(f.prompt_tokens);
   popts.gen_tokens = static_cast<int>(f.gen_tokens);
+  popts.routing = *routing;
   absl::StatusOr<Plan> plan = PlanModel(**file, *cfg, *dev, *req, popts);
   if (!plan.ok()) return Fail(plan.status());
   for (const std::string& w : plan->warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
+  // An expert-level plan is shown against the layer-level plan the same request makes.
+  std::optional<Plan> layer_level;
+  if (std::any_of(plan->units.begin(), plan->units.end(), [](const UnitPlan& u) { return u.split(); })) {
+    PlacementRequest whole = *req;
+    whole.expert_level = false;
+    if (absl::StatusOr<Plan> p = PlanModel(**file, *cfg, *dev, whole, popts); p.ok()) layer_level = *std::move(p);
+  }
 
   if (f.json) {
     nlohmann::json j = PlanJson(*plan);
@@ -128,6 +140,13 @@ int CmdPlan(std::span<const std::string> args) {
                   {"n_layer", cfg->n_layer}, {"n_expert", cfg->n_expert}, {"n_expert_used", cfg->n_expert_used},
                   {"n_ctx_train", cfg->n_ctx_train},
                   {"file_bytes", (*file)->file_size()}};
+    if (layer_level) {
+      j["layer_level"] = {{"why", layer_level->why},
+                          {"predicted", {{"prefill_tps", layer_level->predicted_prefill_tps},
+                                         {"decode_tps", layer_level->predicted_decode_tps}}},
+                          {"pcie_bytes_per_token", {{"prefill", layer_level->pcie_bytes_per_prefill_token},
+                                                    {"decode", layer_level->pcie_bytes_per_decode_token}}}};
+    }
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
@@ -135,6 +154,13 @@ int CmdPlan(std::span<const std::string> args) {
       cfg->is_moe() ? Cat(", ", cfg->n_expert, " experts, ", cfg->n_expert_used, " used") : std::string();
   std::printf("model: %s (%s, %d layers%s)\n", f.model.c_str(), cfg->arch.c_str(), cfg->n_layer, experts.c_str());
   std::printf("%s", PlanTable(*plan).c_str());
+  if (layer_level) {
+    std::printf("layer-level plan (--expert-level off): prefill %.1f tok/s, decode %.2f tok/s, PCIe per token: "
+                "prefill %s, decode %s\n",
+                layer_level->predicted_prefill_tps, layer_level->predicted_decode_tps,
+                FormatBytes(layer_level->pcie_bytes_per_prefill_token).c_str(),
+                FormatBytes(layer_level->pcie_bytes_per_decode_token).c_str());
+  }
   return 0;
 }
 

@@ -2,6 +2,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -10,11 +11,13 @@
 #include <vector>
 
 #include "arch/arch.h"
+#include "arch/model_config.h"
 #include "core/gguf.h"
 #include "core/sampler.h"
 #include "core/status.h"
 #include "core/tokenizer.h"
 #include "graph/engine.h"
+#include "graph/routing_stats.h"
 #include "nlohmann/json.hpp"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
@@ -28,7 +31,10 @@ namespace {
 constexpr const char* kRunUsage = R"(usage: tandem run [-m MODEL] [-p PROMPT | -f PROMPT_FILE] [-n N_PREDICT] [-t THREADS] [-c CTX]
                   [-b BATCH] [--temp T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R]
                   [--seed S] [--no-bos] [--kv-type f16|f32] [placement flags] [--json] [--logits-out FILE]
+                  [--routing-out FILE]
 Without -m, runs the bundled stories260K model. -p "" generates from BOS alone. --temp 0 is greedy.
+--routing-out FILE writes how an MoE model's routers spread this run's tokens (prompt and generated) over the
+experts, per layer, for --routing FILE of plan, run, bench and sweep.
 )";
 
 struct RunFlags {
@@ -41,6 +47,7 @@ struct RunFlags {
   bool add_bos = true;
   bool json = false;
   std::string logits_out;
+  std::string routing_out;  // --routing-out FILE
   DType kv_type = DType::kF16;
   SamplerOptions sampling;
   PlacementFlags placement;
@@ -110,6 +117,8 @@ absl::StatusOr<RunFlags> ParseRunFlags(std::span<const std::string> argv, bool* 
       f.json = true;
     } else if (flag == "--logits-out") {
       TANDEM_ASSIGN_OR_RETURN(f.logits_out, args.Value(flag));
+    } else if (flag == "--routing-out") {
+      TANDEM_ASSIGN_OR_RETURN(f.routing_out, args.Value(flag));
     } else if (flag == "--kv-type") {
       TANDEM_ASSIGN_OR_RETURN(std::string v, args.Value(flag));
       if (v == "f16" || v == "F16") {
@@ -136,6 +145,21 @@ uint64_t PeakRssBytes() {
 
 double Ms(std::chrono::steady_clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
+// The prompt in batches, asking for every row's logits and keeping the last row's in `last`. The last layer
+// computes only the rows whose logits are read, so this is how --routing-out sees it route every prompt token.
+absl::Status PrefillEveryRow(Engine& e, std::span<const int32_t> prompt, float* last) {
+  const size_t n = prompt.size(), batch = static_cast<size_t>(e.n_batch());
+  const size_t n_vocab = static_cast<size_t>(e.config().n_vocab);
+  std::vector<float> rows(std::min(batch, n) * n_vocab);
+  for (size_t start = 0; start < n; start += batch) {
+    const size_t len = std::min(batch, n - start);
+    TANDEM_RETURN_IF_ERROR(e.executor().Forward(prompt.subspan(start, len), static_cast<int64_t>(start),
+                                                static_cast<int64_t>(len), rows.data()));
+    if (start + len == n) std::copy_n(rows.data() + (len - 1) * n_vocab, n_vocab, last);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int CmdRun(std::span<const std::string> argv) {
@@ -153,12 +177,33 @@ int CmdRun(std::span<const std::string> argv) {
   EngineOptions eo{.model_path = f.model, .device = f.placement.device, .placement = *placement, .n_ctx = f.n_ctx,
                    .n_batch = f.n_batch, .n_threads = f.n_threads, .kv_type = f.kv_type};
   // The plan is made for this run, its prompt's length and the tokens asked for, so that what it predicts is
-  // what the run measures. A file that fails here fails again, with the engine's message, just below.
+  // what the run measures. A file that fails here fails again, with the engine's message, just below (unless a
+  // routing flag needs its config now).
+  absl::StatusOr<ModelConfig> cfg0 = absl::UnknownError("no model");
   if (absl::StatusOr<std::unique_ptr<GgufFile>> file = GgufFile::Open(f.model); file.ok()) {
+    cfg0 = LoadModelConfig(**file);
     if (absl::StatusOr<std::unique_ptr<Tokenizer>> t = Tokenizer::FromGguf(**file); t.ok()) {
       eo.prompt_tokens = static_cast<int>((*t)->Encode(f.prompt, TokenizeOptions{.add_bos = f.add_bos}).size());
       eo.gen_tokens = f.n_predict;
     }
+  } else {
+    cfg0 = file.status();
+  }
+  // --routing-out: every MoE layer's routing of every token this run evaluates, saved at the end.
+  RoutingStats recorded;
+  absl::Status record_status;
+  if (!f.routing_out.empty() || !f.placement.routing.empty()) {
+    if (!cfg0.ok()) return Fail(cfg0.status());
+    absl::StatusOr<std::shared_ptr<const RoutingStats>> routing = LoadRoutingFlag(f.placement, *cfg0);
+    if (!routing.ok()) return Fail(routing.status());
+    eo.routing = *routing;
+  }
+  if (!f.routing_out.empty()) {
+    if (!cfg0->is_moe()) return Fail(Cat("--routing-out: ", f.model, " is not an MoE model: it routes nothing"));
+    recorded = RoutingStats::Empty(cfg0->n_layer, cfg0->n_expert, cfg0->n_expert_used);
+    eo.on_routing = [&recorded, &record_status](int layer, std::span<const int32_t> ids, int64_t n_tok, int k) {
+      if (record_status.ok()) record_status = recorded.Add(layer, ids, n_tok, k);
+    };
   }
   eo.numa = f.placement.numa;
   // A progress bar for weights going to VRAM or pinned RAM, only on a terminal and never with --json.
@@ -197,7 +242,9 @@ int CmdRun(std::span<const std::string> argv) {
 
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
-  if (absl::Status st = engine.Prefill(prompt, 0, all_logits, logits.data()); !st.ok()) return Fail(st);
+  absl::Status prefilled = all_logits || f.routing_out.empty() ? engine.Prefill(prompt, 0, all_logits, logits.data())
+                                                                : PrefillEveryRow(engine, prompt, logits.data());
+  if (!prefilled.ok()) return Fail(prefilled);
   const auto t_prefill = Clock::now();
   if (all_logits) {
     std::ofstream out(f.logits_out, std::ios::binary);
@@ -238,6 +285,14 @@ int CmdRun(std::span<const std::string> argv) {
   if (!f.json) {
     std::printf("\n");
     std::fflush(stdout);  // the text ends before the summary starts on stderr
+  }
+
+  if (!f.routing_out.empty()) {
+    if (!record_status.ok()) return Fail(record_status);
+    if (absl::Status st = SaveRoutingStats(recorded, f.routing_out); !st.ok()) return Fail(st);
+    const uint64_t routed = *std::max_element(recorded.tokens.begin(), recorded.tokens.end());
+    std::fprintf(stderr, "routing: %llu tokens per MoE layer written to %s\n", static_cast<unsigned long long>(routed),
+                 f.routing_out.c_str());
   }
 
   RunReport r;

@@ -152,7 +152,8 @@ class Progress {
 
 // Opens the engine for one point and measures it. Err only for what would fail every point (bad flags, a broken
 // file); a placement that does not fit comes back as a result with ok = false.
-absl::StatusOr<SweepResult> MeasurePoint(const SweepFlags& f, const SweepPoint& point, int n_layer) {
+absl::StatusOr<SweepResult> MeasurePoint(const SweepFlags& f, const SweepPoint& point, int n_layer,
+                                         std::shared_ptr<const RoutingStats> routing) {
   SweepResult r{.point = point, .x = static_cast<double>(point.count)};
   TANDEM_ASSIGN_OR_RETURN(PlacementRequest req, ToPlacementRequest(point.placement));
   const int n_tokens = std::max(f.n_prompt, 1);
@@ -161,6 +162,7 @@ absl::StatusOr<SweepResult> MeasurePoint(const SweepFlags& f, const SweepPoint& 
                    .n_ctx = std::max(f.n_prompt, f.n_gen) + 1, .n_batch = std::min(f.n_batch, n_tokens),
                    .n_threads = f.n_threads};
   eo.numa = point.placement.numa;
+  eo.routing = std::move(routing);
   absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Open(eo);
   if (absl::IsResourceExhausted(engine.status())) {
     r.note = Cat("infeasible: ", engine.status().message());
@@ -208,6 +210,8 @@ absl::Status WriteFile(const std::string& path, const std::string& text) {
 absl::Status RunSweep(const SweepFlags& f) {
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::Open(f.model));
   TANDEM_ASSIGN_OR_RETURN(ModelConfig cfg, LoadModelConfig(*file));
+  // Loaded once, before any point runs, so that a mismatched file fails at once.
+  TANDEM_ASSIGN_OR_RETURN(std::shared_ptr<const RoutingStats> routing, LoadRoutingFlag(f.placement, cfg));
   TANDEM_ASSIGN_OR_RETURN(std::vector<SweepPoint> points,
                           MakeSweepPoints(f.placement, f.axis, cfg.n_layer, cfg.is_moe(), f.max_points));
   SweepReport report{.model = cfg.name.empty() ? std::filesystem::path(f.model).stem().string() : cfg.name,
@@ -219,7 +223,7 @@ absl::Status RunSweep(const SweepFlags& f) {
   Progress progress(points.size());
   for (size_t i = 0; i < points.size(); ++i) {
     progress.Update(i, Cat(points[i].label, ": measuring..."), /*transient=*/true);
-    TANDEM_ASSIGN_OR_RETURN(SweepResult r, MeasurePoint(f, points[i], cfg.n_layer));
+    TANDEM_ASSIGN_OR_RETURN(SweepResult r, MeasurePoint(f, points[i], cfg.n_layer, routing));
     progress.Update(i + 1, r.ok ? absl::StrFormat("%s: prefill %.1f tok/s, decode %.2f tok/s", r.point.label,
                                                   r.prefill_tps, r.decode_tps)
                                 : Cat(r.point.label, ": does not fit"));

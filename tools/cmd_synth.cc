@@ -1,6 +1,8 @@
 // tandem synth: write a random-weight GGUF of real model shapes.
 #include <cstdio>
 
+#include "absl/strings/numbers.h"
+
 #include "core/status.h"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
@@ -11,7 +13,7 @@ namespace {
 
 constexpr const char* kSynthUsage = R"(usage: tandem synth --arch SHAPE [--layers N] [--embd D] [--ff F] [--expert-ff F] [--heads H]
                     [--kv-heads K] [--head-dim D] [--experts E] [--experts-used U] [--vocab V] [--vocab-file F]
-                    [--seed S] [--zeros] [--llama3-rope] --type TYPE -o FILE
+                    [--seed S] [--router-skew S] [--zeros] [--llama3-rope] --type TYPE -o FILE
 SHAPE is a family's default or a named real shape (--shape is the same flag):
   mixtral  = mixtral-8x7b     llama    = llama-2-7b       llama3   = llama-3.1-8b    (also llama-3.1-70b,
   qwen2    = qwen2.5-7b       qwen3    = qwen3-8b         qwen3moe = qwen3-30b-a3b   llama-3.2-1b, qwen3-235b-a22b)
@@ -21,6 +23,8 @@ synthetic file tokenizes as the real model does; the others a SentencePiece fill
 TYPE: F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K, or the mixes Q4_K_M and Q5_K_M: each matrix typed as llama.cpp's
 quantizer types it (a Q6_K output head, Q6_K attention values and FFN down projections in some layers, ...).
 Norms, biases and the router stay F32.
+--router-skew S (MoE) widens the low experts' router rows (expert 0's by 1 + S, the last's by 1), so the routers
+have hot experts as real ones do; 0, the default, routes every expert alike.
 --zeros leaves every weight zero, as holes in a sparse file: instant and free on disk, for `tandem plan`.
 --llama3-rope writes rope_freqs.weight, Llama 3.1's RoPE scaling (factor 8, low 1, high 4, original context 8192)
 as llama.cpp's converter writes it (the Llama 3 shapes have it already).
@@ -101,6 +105,11 @@ int CmdSynth(std::span<const std::string> argv) {
       ok = as_int(259, 1 << 22, &o.n_vocab);
     } else if (flag == "--vocab-file") {
       o.vocab_file = *v;
+    } else if (flag == "--router-skew") {
+      double skew = 0;
+      ok = absl::SimpleAtod(*v, &skew) && skew >= 0 && skew <= 100;
+      if (!ok) return Fail(Cat("--router-skew must be a number between 0 and 100, got '", *v, "'"));
+      o.router_skew = static_cast<float>(skew);
     } else if (flag == "--seed") {
       int s = 0;
       ok = as_int(0, 1 << 30, &s);

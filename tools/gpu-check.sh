@@ -133,7 +133,14 @@ e2e_log="$logs/tandem_bench.log"
 : >"$e2e_log"
 if [ -x "$bin/graph_hybrid_test" ]; then
   say "graph_hybrid_test on cuda"
-  TANDEM_TEST_DEVICE=cuda timeout "$(budget 300)" "$bin/graph_hybrid_test" --gtest_brief=1 2>&1 | tail -n 20 | tee -a "$e2e_log"
+  TANDEM_TEST_DEVICE=cuda TANDEM_TEST_SOURCE_DIR="$PWD" TANDEM_TEST_BIN="$PWD/$bin/tandem" \
+    timeout "$(budget 300)" "$bin/graph_hybrid_test" --gtest_brief=1 2>&1 | tail -n 20 | tee -a "$e2e_log"
+fi
+if [ -x "$bin/graph_expert_split_test" ]; then
+  say "graph_expert_split_test on cuda"
+  TANDEM_TEST_DEVICE=cuda TANDEM_TEST_SOURCE_DIR="$PWD" \
+    timeout "$(budget 300)" "$bin/graph_expert_split_test" --gtest_brief=1 2>&1 | tail -n 20 |
+    tee -a "$e2e_log"
 fi
 # A 2-layer Mixtral-8x7B-shaped Q4_K file with real random weights (a few seconds on 16 cores); GPU_CHECK_FULL=1
 # also writes the 32-layer model (26 GB) and runs it under 24 and 12 GiB budgets.
@@ -152,6 +159,10 @@ if [ -f "$pack/vocab/qwen3.gguf" ]; then
   timeout "$(budget 300)" "$bin/tandem" bench -m "$q2" -p 512 -n 64 -r 3 --device cuda -o md 2>&1 | tee -a "$e2e_log"
 fi
 if [ "${GPU_CHECK_FULL:-0}" = 1 ]; then
+  # Experts placed one by one against layer-level plans at 25 % and 50 % of the experts in VRAM (issue #21).
+  say "bench/expert_plan_check.sh --device cuda"
+  DEVICE=cuda THREADS="$(nproc)" TANDEM="$PWD/$bin/tandem" timeout "$(budget 400)" bench/expert_plan_check.sh 2>&1 |
+    tee -a "$e2e_log"
   mix32="${TMPDIR:-/tmp}/tandem-mix32-q4k.gguf"
   "$bin/tandem" synth --arch mixtral --layers 32 --type Q4_K -o "$mix32" 2>&1 | tee -a "$e2e_log"
   for budget in 24GiB 12GiB; do

@@ -38,11 +38,21 @@ absl::StatusOr<bool> ParsePlacementFlag(const std::string& flag, ArgReader& args
       return InvalidArgument("--place target must be cpu, gpu or stream, got '", where, "'");
     }
     out.place.push_back(v);
+  } else if (flag == "--expert-level") {
+    absl::StatusOr<std::string> v = args.Value(flag);
+    if (!v.ok()) return v.status();
+    if (*v != "on" && *v != "off") return InvalidArgument("--expert-level must be on or off, got '", *v, "'");
+    out.expert_level = *v == "on";
+  } else if (flag == "--expert-cache") {
+    TANDEM_ASSIGN_OR_RETURN(std::string v, args.Value(flag));
+    TANDEM_ASSIGN_OR_RETURN(out.expert_cache, ParseSize(v));
   } else if (flag == "--numa") {
     TANDEM_ASSIGN_OR_RETURN(out.numa, args.Value(flag));
     if (out.numa != "auto" && out.numa != "off" && out.numa != "interleave" && out.numa != "shard") {
       return InvalidArgument("--numa must be auto, off, interleave or shard, got '", out.numa, "'");
     }
+  } else if (flag == "--routing") {
+    TANDEM_ASSIGN_OR_RETURN(out.routing, args.Value(flag));
   } else {
     return false;
   }
@@ -59,7 +69,12 @@ const char* PlacementFlagsHelp() {
   --vram-budget SIZE   hard cap on everything tandem allocates on the GPU (e.g. 12GiB)
   --host-ram SIZE      RAM to plan for (default: this machine's MemAvailable); what does not fit is paged
   --place REGEX=cpu|gpu|stream   per-tensor rule, may repeat, matched in order
+  --place REGEX@EXPERTS=cpu|gpu|stream   MoE: experts 0-15 or 1,5,9 of each layer the regex matches (others: cpu)
+  --expert-level on|off   MoE: place experts one by one (on, the default) or whole FFN layers (off)
+  --expert-cache SIZE  MoE: VRAM for an LRU cache of the experts decode streams (an expert routed again is not
+                       copied again)
   --numa auto|off|interleave|shard
+  --routing FILE       MoE: routing recorded by `tandem run --routing-out`; the hottest experts get the VRAM
 )";
 }
 

@@ -1,4 +1,4 @@
-// Placement flags shared by run, plan and bench (see spec/cli.md), parsed into an options struct.
+// Placement flags shared by run, plan, bench and sweep (see spec/cli.md), parsed into an options struct.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +20,9 @@ struct PlacementFlags {
   std::optional<uint64_t> host_ram;     // --host-ram SIZE
   std::vector<std::string> place;       // --place REGEX=cpu|gpu|stream, in order
   std::string numa = "auto";            // --numa auto|off|interleave|shard
+  bool expert_level = true;             // --expert-level on|off
+  std::optional<uint64_t> expert_cache; // --expert-cache SIZE
+  std::string routing;                  // --routing FILE: recorded routing statistics (MoE hot experts)
   bool any_count() const { return gpu_layers || cpu_layers || stream_layers; }
 };
 

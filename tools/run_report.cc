@@ -31,6 +31,23 @@ uint64_t PredictedVram(const Plan& p) {
 
 uint64_t PredictedRam(const Plan& p) { return p.host.total(); }
 
+double GpuHitRate(const ExecutorStats& st, int ph) {
+  return st.expert_picks[ph] > 0 ? static_cast<double>(st.expert_gpu_picks[ph]) / st.expert_picks[ph] : 0;
+}
+
+// The decode hit rate the plan expected, over the split layers the executor counts (those with an expert off the
+// GPU), weighted alike: each layer routes the same picks.
+double PredictedHitRate(const Plan& p) {
+  double sum = 0;
+  int n = 0;
+  for (const UnitPlan& u : p.units) {
+    if (!u.split() || u.CountExperts(Phase::kDecode, Placement::kGpu) == static_cast<int>(u.experts.size())) continue;
+    sum += u.expected_gpu_hit_rate;
+    ++n;
+  }
+  return n > 0 ? sum / n : 0;
+}
+
 nlohmann::json RunReportJson(const RunReport& r) {
   const double prompt_tps = PerSecond(static_cast<double>(r.prompt_tokens.size()), r.prompt_ms);
   const double gen_tps = PerSecond(static_cast<double>(r.n_decoded), r.decode_ms);
@@ -50,6 +67,17 @@ nlohmann::json RunReportJson(const RunReport& r) {
       {"pcie_bytes", r.stats.pcie_bytes},
       {"pcie_bytes_per_token", gen > 0 ? r.stats.pcie_bytes_decode / std::max<uint64_t>(r.stats.decode_tokens, 1) : 0},
   };
+  if (r.stats.expert_picks[1] > 0 || r.stats.expert_picks[0] > 0) {
+    // Split MoE layers: the routed picks that found their expert on the GPU, and the streamed experts' bytes.
+    auto phase = [&](int ph) {
+      return nlohmann::json{{"picks", r.stats.expert_picks[ph]},
+                            {"gpu_picks", r.stats.expert_gpu_picks[ph]},
+                            {"gpu_hit_rate", GpuHitRate(r.stats, ph)},
+                            {"streamed_bytes", r.stats.expert_stream_bytes[ph]}};
+    };
+    j["experts"] = {{"prefill", phase(0)}, {"decode", phase(1)},
+                    {"cache_hits", r.stats.expert_cache_hits}, {"cache_misses", r.stats.expert_cache_misses}};
+  }
   if (r.plan != nullptr) {
     const Plan& p = *r.plan;
     j["plan"] = PlanJson(p);
@@ -87,6 +115,14 @@ std::string RunReportSummary(const RunReport& r) {
     row("peak VRAM", HumanBytes(PredictedVram(p)), HumanBytes(r.stats.peak_vram_bytes));
     row("peak RAM", HumanBytes(PredictedRam(p)), HumanBytes(r.peak_rss_bytes));
     row("PCIe per token", HumanBytes(p.pcie_bytes_per_decode_token), HumanBytes(per_tok));
+    if (r.stats.expert_picks[1] > 0) {
+      row("expert GPU hits", absl::StrFormat("%.0f %%", 100 * PredictedHitRate(p)),
+          absl::StrFormat("%.0f %%", 100 * GpuHitRate(r.stats, 1)));
+    }
+    if (const uint64_t looked = r.stats.expert_cache_hits + r.stats.expert_cache_misses; looked > 0) {
+      row("expert cache hits", absl::StrFormat("%.0f %%", 100 * p.expected_cache_hit_rate),
+          absl::StrFormat("%.0f %%", 100.0 * static_cast<double>(r.stats.expert_cache_hits) / looked));
+    }
   }
   return s;
 }

@@ -52,7 +52,7 @@ struct TensorSpec {
 
 // Fills `dst` (the tensor's bytes) row by row: N(0, 1/fan_in) matrices, 1 + 0.05 N norms, 0.02 N biases, then
 // quantized.
-absl::Status Produce(const TensorSpec& t, uint64_t seed, uint8_t* dst) {
+absl::Status Produce(const TensorSpec& t, uint64_t seed, float router_skew, uint8_t* dst) {
   const int64_t cols = t.ne[0];
   const int64_t rows = t.ne[1] * t.ne[2] * t.ne[3];
   const size_t row_bytes = RowBytes(t.type, cols);
@@ -66,7 +66,11 @@ absl::Status Produce(const TensorSpec& t, uint64_t seed, uint8_t* dst) {
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
       Rng rng{base + static_cast<uint64_t>(r) * 0x632be59bd9b4e019ull};
-      for (int64_t c = 0; c < cols; ++c) row[c] = (norm ? 1.0f : 0.0f) + scale * rng.Normal();
+      // A router row's spread sets how often its expert wins the top-k: a wider one, more often.
+      const float skew = t.role == TensorRole::kRouter && rows > 1
+                             ? 1.0f + router_skew * (1.0f - static_cast<float>(r) / static_cast<float>(rows - 1))
+                             : 1.0f;
+      for (int64_t c = 0; c < cols; ++c) row[c] = (norm ? 1.0f : 0.0f) + skew * scale * rng.Normal();
       absl::Status st = QuantizeRow(t.type, row.data(), dst + r * row_bytes, cols, QuantizeEffort::kFast);
       if (!st.ok()) {
 #pragma omp critical
@@ -314,7 +318,9 @@ absl::Status WriteSyntheticModel(const SynthOptions& o) {
     } else if (o.zeros) {
       t.zeros = true;
     } else {
-      t.produce = [&s, seed = o.seed](uint8_t* dst, size_t) { return Produce(s, seed, dst); };
+      t.produce = [&s, seed = o.seed, skew = o.router_skew](uint8_t* dst, size_t) {
+        return Produce(s, seed, skew, dst);
+      };
     }
     tensors.push_back(std::move(t));
   }

@@ -38,6 +38,9 @@ struct SynthOptions {
   DType type = DType::kQ4_0;  // matrices; norms, biases and the router stay F32
   std::optional<QuantMix> mix;  // a llama.cpp type mix such as Q4_K_M: each matrix's type by its rule, not `type`
   uint64_t seed = 1;
+  // MoE: expert e's router row is drawn with (1 + router_skew * (1 - e / (n_expert - 1))) times the spread, so the
+  // low experts win the top-k more often: the hot experts real routers have. 0: every expert alike.
+  float router_skew = 0;
   bool zeros = false;    // all-zero weights left as file holes: instant, for plan and load tests
   std::string output;
 };

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <string>
 
 #include "core/status.h"
@@ -27,6 +28,7 @@ class PlanCli : public ::testing::Test {
     // A fixed profile: no calibration in the test, and the same answer on every machine.
     ASSERT_TRUE(SaveProfile(profile_, test::CpuProfile(/*gemv_gbps=*/20, /*gemm_gflops=*/100)).ok());
   }
+  void TearDown() override { std::filesystem::remove_all(dir_); }  // the synthesized files are sparse but large
   CmdResult Plan(const std::string& args) {
     return RunCommand("XDG_CACHE_HOME=" + dir_ + "/cache " + TandemBin() + " plan --profile " + profile_ + " " + args);
   }
@@ -104,6 +106,40 @@ TEST_F(PlanCli, TableShowsPlacementMemoryAndPredictions) {
                            "PCIe bytes per token"}) {
     EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out;
   }
+}
+
+// A Mixtral-8x7B-shaped file (zeros: sparse, instant) on a 12 GiB card: experts placed one by one, shown per layer,
+// against the layer-level plan of the same request.
+TEST_F(PlanCli, MixtralOnTwelveGiBPlacesExpertsOneByOne) {
+  const std::string model = dir_ + "/mixtral-zeros.gguf";
+  const CmdResult s = RunCommand(TandemBin() + " synth --arch mixtral --type Q4_K --zeros -o " + model);
+  ASSERT_EQ(s.exit_code, 0) << s.err;
+  const CmdResult r = Plan("-m " + model + " --device sim:12GiB");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* want : {"experts gpu/cpu/stream", "MoE layers split by expert", "expert staging",
+                           "layer-level plan (--expert-level off)"}) {
+    EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out;
+  }
+  const nlohmann::json j = PlanJson("-m " + model + " --device sim:12GiB");
+  ASSERT_TRUE(j.contains("layer_level"));
+  EXPECT_GE(j["predicted"]["decode_tps"].get<double>(), j["layer_level"]["predicted"]["decode_tps"].get<double>());
+  int split = 0, resident = 0;
+  for (const nlohmann::json& u : j["units"]) {
+    if (!u.contains("experts")) continue;
+    ++split;
+    const nlohmann::json& d = u["experts"]["decode"];
+    EXPECT_EQ(d["gpu"].get<int>() + d["cpu"].get<int>() + d["stream"].get<int>(), 8) << u["name"];
+    EXPECT_EQ(u["experts"]["each"]["decode"].size(), 8u);
+    resident += d["gpu"].get<int>();
+    EXPECT_NEAR(u["experts"]["expected_gpu_hit_rate"].get<double>(), d["gpu"].get<int>() / 8.0, 1e-9);
+  }
+  EXPECT_GT(split, 16);
+  EXPECT_GT(resident, 0);
+  EXPECT_LT(resident, 8 * 32);  // 24.5 GiB of experts do not fit in 10.8
+  // Off: whole FFN units, none split.
+  const nlohmann::json off = PlanJson("-m " + model + " --device sim:12GiB --expert-level off");
+  for (const nlohmann::json& u : off["units"]) EXPECT_FALSE(u.contains("experts")) << u["name"];
+  EXPECT_FALSE(off.contains("layer_level"));
 }
 
 TEST_F(PlanCli, ErrorsSayWhatWouldFit) {
