@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -31,10 +32,12 @@ namespace {
 constexpr const char* kRunUsage = R"(usage: tandem run [-m MODEL] [-p PROMPT | -f PROMPT_FILE] [-n N_PREDICT] [-t THREADS] [-c CTX]
                   [-b BATCH] [--temp T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R]
                   [--seed S] [--no-bos] [--kv-type f16|f32] [placement flags] [--json] [--logits-out FILE]
-                  [--routing-out FILE]
+                  [--routing-out FILE [--routing-append]]
 Without -m, runs the bundled stories260K model. -p "" generates from BOS alone. --temp 0 is greedy.
 --routing-out FILE writes how an MoE model's routers spread this run's tokens (prompt and generated) over the
-experts, per layer, for --routing FILE of plan, run, bench and sweep.
+experts, per layer, for --routing FILE of plan, run, bench and sweep. With --routing-append the run's counts are
+added to those FILE already holds (a recording of a model of the same shape), so that one run per prompt of a
+calibration set builds one file.
 )";
 
 struct RunFlags {
@@ -48,6 +51,7 @@ struct RunFlags {
   bool json = false;
   std::string logits_out;
   std::string routing_out;  // --routing-out FILE
+  bool routing_append = false;  // --routing-append: add to FILE's counts instead of replacing them
   DType kv_type = DType::kF16;
   SamplerOptions sampling;
   PlacementFlags placement;
@@ -119,6 +123,8 @@ absl::StatusOr<RunFlags> ParseRunFlags(std::span<const std::string> argv, bool* 
       TANDEM_ASSIGN_OR_RETURN(f.logits_out, args.Value(flag));
     } else if (flag == "--routing-out") {
       TANDEM_ASSIGN_OR_RETURN(f.routing_out, args.Value(flag));
+    } else if (flag == "--routing-append") {
+      f.routing_append = true;
     } else if (flag == "--kv-type") {
       TANDEM_ASSIGN_OR_RETURN(std::string v, args.Value(flag));
       if (v == "f16" || v == "F16") {
@@ -134,6 +140,7 @@ absl::StatusOr<RunFlags> ParseRunFlags(std::span<const std::string> argv, bool* 
   }
   if (!have_prompt) f.prompt = "Once upon a time";
   if (f.model.empty()) f.model = DefaultModelPath();
+  if (f.routing_append && f.routing_out.empty()) return InvalidArgument("--routing-append needs --routing-out FILE");
   return f;
 }
 
@@ -201,6 +208,13 @@ int CmdRun(std::span<const std::string> argv) {
   if (!f.routing_out.empty()) {
     if (!cfg0->is_moe()) return Fail(Cat("--routing-out: ", f.model, " is not an MoE model: it routes nothing"));
     recorded = RoutingStats::Empty(cfg0->n_layer, cfg0->n_expert, cfg0->n_expert_used);
+    if (f.routing_append && std::filesystem::exists(f.routing_out)) {
+      absl::StatusOr<RoutingStats> earlier = LoadRoutingStats(f.routing_out);
+      absl::Status st = earlier.status();
+      if (st.ok()) st = CheckRoutingMatches(*earlier, cfg0->n_layer, cfg0->n_expert, cfg0->n_expert_used);
+      if (!st.ok()) return Fail(Cat("--routing-append ", f.routing_out, ": ", st.message()));
+      recorded = *std::move(earlier);
+    }
     eo.on_routing = [&recorded, &record_status](int layer, std::span<const int32_t> ids, int64_t n_tok, int k) {
       if (record_status.ok()) record_status = recorded.Add(layer, ids, n_tok, k);
     };
@@ -291,8 +305,8 @@ int CmdRun(std::span<const std::string> argv) {
     if (!record_status.ok()) return Fail(record_status);
     if (absl::Status st = SaveRoutingStats(recorded, f.routing_out); !st.ok()) return Fail(st);
     const uint64_t routed = *std::max_element(recorded.tokens.begin(), recorded.tokens.end());
-    std::fprintf(stderr, "routing: %llu tokens per MoE layer written to %s\n", static_cast<unsigned long long>(routed),
-                 f.routing_out.c_str());
+    std::fprintf(stderr, "routing: %llu tokens per MoE layer %s %s\n", static_cast<unsigned long long>(routed),
+                 f.routing_append ? "now in" : "written to", f.routing_out.c_str());
   }
 
   RunReport r;

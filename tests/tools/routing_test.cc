@@ -85,6 +85,46 @@ TEST_F(Routing, RunRecordsEveryTokenAndPlanTakesIt) {
   EXPECT_EQ(bench.exit_code, 0) << bench.err;
 }
 
+// A calibration set, one run per prompt: --routing-append adds each run's counts to the file's, so the file equals
+// the sum of the runs recorded one by one.
+TEST_F(Routing, AppendedRunsAddUpToTheirOwnRecordings) {
+  const std::string moe4 = "run -m " + ModelPath("stories260K-moe4.gguf") + " -n 12 --temp 0 --routing-out ";
+  const std::vector<std::string> prompts = {"'Once upon a time, there was a cat.'", "'Tom and Lily went to the park.'",
+                                            "'The big red ball rolled away'"};
+  const std::string set = dir_ + "/set.json";
+  RoutingStats sum;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const std::string one = Cat(dir_, "/one", i, ".json");
+    CmdResult r = Tandem(moe4 + one + " -p " + prompts[i]);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    r = Tandem(moe4 + set + " --routing-append -p " + prompts[i]);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    absl::StatusOr<RoutingStats> s = LoadRoutingStats(one);
+    ASSERT_TRUE(s.ok()) << s.status();
+    if (i == 0) {
+      sum = *s;
+      continue;
+    }
+    for (size_t l = 0; l < sum.tokens.size(); ++l) sum.tokens[l] += s->tokens[l];
+    for (size_t j = 0; j < sum.picks.size(); ++j) sum.picks[j] += s->picks[j];
+  }
+  absl::StatusOr<RoutingStats> appended = LoadRoutingStats(set);
+  ASSERT_TRUE(appended.ok()) << appended.status();
+  EXPECT_EQ(appended->tokens, sum.tokens);
+  EXPECT_EQ(appended->picks, sum.picks);
+
+  // Appending to a recording of another shape, or to a file that is not one, is refused and leaves it alone.
+  const std::string other = dir_ + "/mixtral16.gguf", other_routing = dir_ + "/mixtral16.json";
+  CmdResult r = Tandem("synth --arch mixtral --layers 2 --embd 64 --ff 64 --expert-ff 64 --heads 4 --kv-heads 2"
+                       " --experts 16 --experts-used 2 --vocab 512 --type Q4_0 -o " + other);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ExpectOneLineError("run -m " + other + " -p 'a b' -n 2 --routing-out " + set + " --routing-append",
+                     "--routing-append " + set + ": routing: recorded for 5 layers");
+  EXPECT_EQ(LoadRoutingStats(set)->tokens, sum.tokens);
+  ExpectOneLineError("run -n 2 -m " + ModelPath("stories260K-moe4.gguf") + " --routing-append",
+                     "--routing-append needs --routing-out FILE");
+}
+
 TEST_F(Routing, MismatchedHostileAndDenseAreOneLineErrors) {
   // A recording of another MoE shape: the 16-expert synthetic Mixtral.
   const std::string other = dir_ + "/mixtral16.gguf", other_routing = dir_ + "/mixtral16.json";
@@ -124,6 +164,7 @@ TEST_F(Routing, MismatchedHostileAndDenseAreOneLineErrors) {
 
 TEST_F(Routing, HelpNamesTheFlags) {
   EXPECT_NE(Tandem("run --help").out.find("--routing-out FILE"), std::string::npos);
+  EXPECT_NE(Tandem("run --help").out.find("--routing-append"), std::string::npos);
   for (const char* cmd : {"run", "plan", "bench", "sweep"}) {
     EXPECT_NE(Tandem(Cat(cmd, " --help")).out.find("--routing FILE"), std::string::npos) << cmd;
   }
