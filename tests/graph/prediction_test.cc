@@ -102,11 +102,12 @@ Comparison CalibrateAndRun() {
   return c;
 }
 
-// Another test's burst on the same cores can slow a whole calibration; so a miss is taken again, once, from a new
-// calibration. A cost model that is wrong misses both times.
+// Another test's burst on the same cores can slow a whole calibration (CTest -j2 on two hardware threads of one
+// core failed it once in a full run, and passed alone); so a miss is taken again, up to twice, from a new
+// calibration. A cost model that is wrong misses every time.
 TEST_F(Prediction, CpuRunsLandWithinAFactorOfThePlan) {
   Comparison c = CalibrateAndRun();
-  if (!c.Within(kFactor)) c = CalibrateAndRun();
+  for (int retry = 0; retry < 2 && !c.Within(kFactor); ++retry) c = CalibrateAndRun();
   EXPECT_LT(c.prefill_tps, c.predicted_prefill_tps * kFactor);
   EXPECT_GT(c.prefill_tps, c.predicted_prefill_tps / kFactor);
   EXPECT_LT(c.decode_tps, c.predicted_decode_tps * kFactor);
