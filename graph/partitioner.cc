@@ -234,6 +234,9 @@ absl::StatusOr<std::vector<std::optional<Option>>> ApplyRules(const PartitionInp
                              "' needs a GPU but there is no GPU device (--device sim:12GiB simulates one)");
     }
   }
+  if (in.request.cpu_moe_layers && in.config.n_expert <= 0) {
+    return InvalidArgument("--n-cpu-moe / --cpu-moe: the model has no experts");
+  }
   std::vector<PlaceRule> unit_rules, expert_rules;
   for (const PlaceRule& r : rules) (r.experts.empty() ? unit_rules : expert_rules).push_back(r);
   for (size_t i = 0; i < in.units.size(); ++i) {
@@ -265,6 +268,9 @@ absl::StatusOr<std::vector<std::optional<Option>>> ApplyRules(const PartitionInp
     }
     if (std::optional<size_t> r = FirstMatchingRule(unit_rules, u.tensors)) {
       fixed[i] = Option{unit_rules[*r].target, unit_rules[*r].target};
+    } else if (in.request.cpu_moe_layers && u.kind == UnitKind::kFfn && u.expert_block_bytes > 0 &&
+               u.layer < *in.request.cpu_moe_layers) {
+      fixed[i] = kCpuOpt;
     }
   }
   return fixed;

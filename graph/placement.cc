@@ -84,7 +84,7 @@ std::string PlacementRequest::DescribeCounts() const {
     if (!s.empty()) s += ' ';
     s += Cat(flag, " ", *v);
   };
-  add("--gpu-layers", gpu_layers);
+  add(gpu_layers_at_most ? "-ngl" : "--gpu-layers", gpu_layers);
   add("--cpu-layers", cpu_layers);
   add("--stream-layers", stream_layers);
   return s;
@@ -95,14 +95,16 @@ absl::StatusOr<LayerCounts> ResolveCounts(const PlacementRequest& req, int n_lay
                                 std::pair{"--stream-layers", req.stream_layers}}) {
     if (v && *v < 0) return InvalidArgument(flag, " must be >= 0, got ", *v);
   }
-  const int64_t given = int64_t{req.gpu_layers.value_or(0)} + req.cpu_layers.value_or(0) +
-                        req.stream_layers.value_or(0);
+  const int64_t others = int64_t{req.cpu_layers.value_or(0)} + req.stream_layers.value_or(0);
+  int64_t gpu_asked = req.gpu_layers.value_or(0);
+  if (req.gpu_layers_at_most) gpu_asked = std::min<int64_t>(gpu_asked, std::max<int64_t>(n_layer - others, 0));
+  const int64_t given = gpu_asked + others;
   if (given > n_layer) {
     return InvalidArgument(req.DescribeCounts(), " asks for ", given, " layers but the model has ", n_layer,
                            "; the counts must add up to ", n_layer);
   }
   LayerCounts c;
-  c.gpu = req.gpu_layers.value_or(0);
+  c.gpu = static_cast<int>(gpu_asked);
   c.cpu = req.cpu_layers.value_or(0);
   c.stream = req.stream_layers.value_or(0);
   const int rest = n_layer - static_cast<int>(given);

@@ -38,7 +38,13 @@ struct PlacementRequest {
   std::optional<int> gpu_layers;
   std::optional<int> cpu_layers;
   std::optional<int> stream_layers;
+  // -ngl / --n-gpu-layers, llama.cpp's spelling of --gpu-layers: a count at or over the layers the other counts
+  // leave means all of them (-ngl 99), where --gpu-layers would be an error.
+  bool gpu_layers_at_most = false;
   std::vector<PlaceRule> rules;         // in order; for each unit, the first rule that matches wins
+  // --n-cpu-moe N (--cpu-moe: every layer): the FFN units of the first N MoE layers, experts and router, on the
+  // CPU, as llama.cpp's overrides of their expert tensors put them; a unit a rule places keeps the rule's place.
+  std::optional<int> cpu_moe_layers;
   std::optional<uint64_t> vram_budget;  // explicit --vram-budget: a hard cap with no headroom taken off
   std::optional<uint64_t> host_ram;     // --host-ram: RAM to plan for instead of this machine's MemAvailable
   // --expert-level: MoE layers place their experts one by one (router resident, hot experts resident, the rest on
@@ -49,7 +55,7 @@ struct PlacementRequest {
   std::optional<uint64_t> expert_cache;
 
   bool counts_given() const { return gpu_layers || cpu_layers || stream_layers; }
-  // "--gpu-layers 30 --stream-layers 2", for messages.
+  // "--gpu-layers 30 --stream-layers 2" ("-ngl 99" for gpu_layers_at_most), for messages.
   std::string DescribeCounts() const;
 };
 

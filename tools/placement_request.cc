@@ -10,6 +10,8 @@ absl::StatusOr<PlacementRequest> ToPlacementRequest(const PlacementFlags& flags)
   req.gpu_layers = flags.gpu_layers;
   req.cpu_layers = flags.cpu_layers;
   req.stream_layers = flags.stream_layers;
+  req.gpu_layers_at_most = flags.gpu_layers_at_most;
+  req.cpu_moe_layers = flags.cpu_moe_layers;
   req.vram_budget = flags.vram_budget;
   req.host_ram = flags.host_ram;
   req.expert_level = flags.expert_level;

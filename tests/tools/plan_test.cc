@@ -2,8 +2,11 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/status.h"
 #include "graph/profile.h"
@@ -164,6 +167,46 @@ TEST_F(PlanCli, ErrorsSayWhatWouldFit) {
   r = Plan("-m " + ModelPath("stories260K-moe4.gguf") + " --device sim:lots");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_EQ(r.err.rfind("error: ", 0), 0u) << r.err;
+}
+
+// llama.cpp's spellings are tandem's own flags under other names: each gives, byte for byte, the plan of the tandem
+// flags it stands for (stories260K-moe4 has 5 layers).
+TEST_F(PlanCli, LlamaCppSpellingsGiveTheSamePlansAsTheirTandemFlags) {
+  // --host-ram: the plan holds this machine's MemAvailable otherwise, which moves between two calls.
+  const std::string moe = "-m " + ModelPath("stories260K-moe4.gguf") + " --device sim:64MiB --host-ram 16GiB ";
+  const std::vector<std::pair<std::string, std::string>> same = {
+      {"-ngl 99", "--gpu-layers 5"},
+      {"--n-gpu-layers 5", "--gpu-layers 5"},
+      {"-ngl 3", "--gpu-layers 3"},
+      {"-ngl 99 -ot exps=CPU", "--gpu-layers 5 --place exps=cpu"},
+      {"-ngl 99 --override-tensor 'exps=cpu,attn_q=Cuda0'", "--gpu-layers 5 --place exps=cpu --place attn_q=gpu"},
+      {"-ngl 99 --cpu-moe", "--gpu-layers 5 --place 'ffn_(up|down|gate)_exps=cpu'"},
+      {"-ngl 99 --n-cpu-moe 2", "--gpu-layers 5 --place 'blk\\.[01]\\.ffn_(up|down|gate)_exps=cpu'"},
+      {"--n-cpu-moe 2", "--place 'blk\\.[01]\\.ffn_(up|down|gate)_exps=cpu'"},
+      {"--n-cpu-moe 99", "--cpu-moe"},
+  };
+  for (const auto& [llama, tandem] : same) {
+    const nlohmann::json a = PlanJson(moe + llama), b = PlanJson(moe + tandem);
+    ASSERT_TRUE(a.contains("units")) << llama;
+    EXPECT_EQ(a, b) << llama << " against " << tandem;
+  }
+  // What they mean: -ngl 99 --n-cpu-moe 2 keeps the first two MoE layers' FFNs on the CPU, the rest on the GPU.
+  const nlohmann::json j = PlanJson(moe + "-ngl 99 --n-cpu-moe 2");
+  for (int l = 0; l < 5; ++l) {
+    EXPECT_EQ(Unit(j, Cat("blk.", l, ".attn"))["decode"], "gpu") << l;
+    EXPECT_EQ(Unit(j, Cat("blk.", l, ".ffn"))["decode"], l < 2 ? "cpu" : "gpu") << l;
+  }
+  // --gpu-layers keeps its strict count; llama.cpp's buffers other than CPU and CUDA0, and malformed overrides, are
+  // one-line errors, as is --n-cpu-moe on a dense model.
+  for (const std::string& bad : {moe + "--gpu-layers 99", moe + "-ot exps=CUDA1", moe + "-ot exps=NPU",
+                                 moe + "-ot exps", moe + "-ot '=CPU'", moe + "--n-cpu-moe -1",
+                                 "-m " + ModelPath("stories260K.gguf") + " --n-cpu-moe 2"}) {
+    const CmdResult r = Plan(bad);
+    EXPECT_EQ(r.exit_code, 1) << bad;
+    EXPECT_EQ(r.err.rfind("error: ", 0), 0u) << bad << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << bad << ": " << r.err;
+  }
+  EXPECT_NE(Plan("--help").out.find("--n-cpu-moe N"), std::string::npos);
 }
 
 TEST_F(PlanCli, CalibrateWritesAProfile) {
