@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -14,6 +15,16 @@
 #include "core/status.h"
 
 namespace tandem::cli {
+
+DType MainWeightType(const GgufFile& file) {
+  std::map<DType, uint64_t> bytes_by_type;
+  for (const GgufTensorInfo& t : file.tensors()) bytes_by_type[t.type] += t.nbytes;
+  DType main_type = DType::kF32;
+  for (const auto& [type, bytes] : bytes_by_type) {
+    if (bytes > bytes_by_type[main_type]) main_type = type;
+  }
+  return main_type;
+}
 
 using tandem::Cat;
 using tandem::Message;

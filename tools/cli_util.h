@@ -9,8 +9,13 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/dtype.h"
+#include "core/gguf.h"
 
 namespace tandem::cli {
+
+// The type holding most of a model file's tensor bytes, as llama-bench names a file by its main quantization.
+DType MainWeightType(const GgufFile& file);
 
 // Prints "error: <message>" on one line to stderr and returns 1. Newlines in the message become spaces.
 int Fail(std::string_view message);
@@ -27,6 +32,7 @@ class ArgReader {
   explicit ArgReader(std::span<const std::string> args) : args_(args) {}
   bool Done() const { return i_ >= args_.size(); }
   const std::string& Next() { return args_[i_++]; }
+  const std::string* Peek() const { return Done() ? nullptr : &args_[i_]; }  // the next argument, not consumed
   absl::StatusOr<std::string> Value(std::string_view flag);  // error if missing
  private:
   std::span<const std::string> args_;

@@ -1,12 +1,16 @@
 // tandem run: generate text. Flags per spec/cli.md.
+#include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -24,125 +28,11 @@
 #include "tools/commands.h"
 #include "tools/placement_flags.h"
 #include "tools/placement_request.h"
+#include "tools/run_flags.h"
 #include "tools/run_report.h"
 
 namespace tandem::cli {
 namespace {
-
-constexpr const char* kRunUsage = R"(usage: tandem run [-m MODEL] [-p PROMPT | -f PROMPT_FILE] [-n N_PREDICT] [-t THREADS] [-c CTX]
-                  [-b BATCH] [--temp T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R]
-                  [--seed S] [--no-bos] [--kv-type f16|f32] [placement flags] [--json] [--logits-out FILE]
-                  [--routing-out FILE [--routing-append]]
-Without -m, runs the bundled stories260K model. -p "" generates from BOS alone. --temp 0 is greedy.
---routing-out FILE writes how an MoE model's routers spread this run's tokens (prompt and generated) over the
-experts, per layer, for --routing FILE of plan, run, bench and sweep. With --routing-append the run's counts are
-added to those FILE already holds (a recording of a model of the same shape), so that one run per prompt of a
-calibration set builds one file.
-)";
-
-struct RunFlags {
-  std::string model;
-  std::string prompt;
-  int n_predict = 128;
-  int n_threads = 0;
-  int n_ctx = 0;
-  int n_batch = 512;
-  bool add_bos = true;
-  bool json = false;
-  std::string logits_out;
-  std::string routing_out;  // --routing-out FILE
-  bool routing_append = false;  // --routing-append: add to FILE's counts instead of replacing them
-  DType kv_type = DType::kF16;
-  SamplerOptions sampling;
-  PlacementFlags placement;
-};
-
-absl::StatusOr<RunFlags> ParseRunFlags(std::span<const std::string> argv, bool* help) {
-  RunFlags f;
-  ArgReader args(argv);
-  bool have_prompt = false;
-  while (!args.Done()) {
-    const std::string flag = args.Next();
-    TANDEM_ASSIGN_OR_RETURN(bool placed, ParsePlacementFlag(flag, args, f.placement));
-    if (placed) continue;
-    auto int_value = [&](int lo, int hi) -> absl::StatusOr<int> {
-      TANDEM_ASSIGN_OR_RETURN(std::string v, args.Value(flag));
-      TANDEM_ASSIGN_OR_RETURN(int64_t n, ParseInt(flag, v));
-      if (n < lo || n > hi) return InvalidArgument(flag, " must be between ", lo, " and ", hi, ", got ", n);
-      return static_cast<int>(n);
-    };
-    auto float_value = [&](double lo, double hi) -> absl::StatusOr<float> {
-      TANDEM_ASSIGN_OR_RETURN(std::string v, args.Value(flag));
-      TANDEM_ASSIGN_OR_RETURN(double x, ParseFloat(flag, v));
-      if (x < lo || x > hi) return InvalidArgument(flag, " must be between ", lo, " and ", hi, ", got ", v);
-      return static_cast<float>(x);
-    };
-    if (flag == "--help" || flag == "-h") {
-      *help = true;
-      return f;
-    } else if (flag == "-m" || flag == "--model") {
-      TANDEM_ASSIGN_OR_RETURN(f.model, args.Value(flag));
-    } else if (flag == "-p" || flag == "--prompt") {
-      TANDEM_ASSIGN_OR_RETURN(f.prompt, args.Value(flag));
-      have_prompt = true;
-    } else if (flag == "-f" || flag == "--file") {
-      TANDEM_ASSIGN_OR_RETURN(std::string path, args.Value(flag));
-      std::ifstream in(path, std::ios::binary);
-      if (!in) return InvalidArgument("cannot read prompt file '", path, "'");
-      std::stringstream ss;
-      ss << in.rdbuf();
-      f.prompt = ss.str();
-      have_prompt = true;
-    } else if (flag == "-n" || flag == "--n-predict") {
-      TANDEM_ASSIGN_OR_RETURN(f.n_predict, int_value(0, 1 << 24));
-    } else if (flag == "-t" || flag == "--threads") {
-      TANDEM_ASSIGN_OR_RETURN(f.n_threads, int_value(1, 4096));
-    } else if (flag == "-c" || flag == "--ctx-size") {
-      TANDEM_ASSIGN_OR_RETURN(f.n_ctx, int_value(1, 1 << 24));
-    } else if (flag == "-b" || flag == "--batch-size") {
-      TANDEM_ASSIGN_OR_RETURN(f.n_batch, int_value(1, 1 << 16));
-    } else if (flag == "--temp") {
-      TANDEM_ASSIGN_OR_RETURN(f.sampling.temp, float_value(0, 100));
-    } else if (flag == "--top-k") {
-      TANDEM_ASSIGN_OR_RETURN(f.sampling.top_k, int_value(0, 1 << 24));
-    } else if (flag == "--top-p") {
-      TANDEM_ASSIGN_OR_RETURN(f.sampling.top_p, float_value(0, 1));
-    } else if (flag == "--min-p") {
-      TANDEM_ASSIGN_OR_RETURN(f.sampling.min_p, float_value(0, 1));
-    } else if (flag == "--repeat-penalty") {
-      TANDEM_ASSIGN_OR_RETURN(f.sampling.repeat_penalty, float_value(0, 100));
-    } else if (flag == "--seed") {
-      TANDEM_ASSIGN_OR_RETURN(std::string v, args.Value(flag));
-      TANDEM_ASSIGN_OR_RETURN(int64_t s, ParseInt(flag, v));
-      f.sampling.seed = static_cast<uint64_t>(s);
-    } else if (flag == "--no-bos") {
-      f.add_bos = false;
-    } else if (flag == "--json") {
-      f.json = true;
-    } else if (flag == "--logits-out") {
-      TANDEM_ASSIGN_OR_RETURN(f.logits_out, args.Value(flag));
-    } else if (flag == "--routing-out") {
-      TANDEM_ASSIGN_OR_RETURN(f.routing_out, args.Value(flag));
-    } else if (flag == "--routing-append") {
-      f.routing_append = true;
-    } else if (flag == "--kv-type") {
-      TANDEM_ASSIGN_OR_RETURN(std::string v, args.Value(flag));
-      if (v == "f16" || v == "F16") {
-        f.kv_type = DType::kF16;
-      } else if (v == "f32" || v == "F32") {
-        f.kv_type = DType::kF32;
-      } else {
-        return InvalidArgument("--kv-type must be f16 or f32, got '", v, "'");
-      }
-    } else {
-      return InvalidArgument("unknown flag '", flag, "' for run (see tandem run --help)");
-    }
-  }
-  if (!have_prompt) f.prompt = "Once upon a time";
-  if (f.model.empty()) f.model = DefaultModelPath();
-  if (f.routing_append && f.routing_out.empty()) return InvalidArgument("--routing-append needs --routing-out FILE");
-  return f;
-}
 
 uint64_t PeakRssBytes() {
   struct rusage ru;
@@ -151,6 +41,35 @@ uint64_t PeakRssBytes() {
 }
 
 double Ms(std::chrono::steady_clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+// Ctrl-C: the first stops generation at the next token (the summary still prints); a second exits at once.
+volatile std::sig_atomic_t g_interrupted = 0;
+void OnInterrupt(int) {
+  if (g_interrupted != 0) _exit(130);
+  g_interrupted = 1;
+}
+class InterruptGuard {
+ public:
+  InterruptGuard() {
+    struct sigaction sa {};
+    sa.sa_handler = OnInterrupt;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_);
+  }
+  ~InterruptGuard() { sigaction(SIGINT, &old_, nullptr); }
+ private:
+  struct sigaction old_ {};
+};
+
+// True when the last `added` bytes of `text` completed one of the reverse prompts (a token may carry more
+// after it).
+bool CompletesAny(const std::string& text, size_t added, const std::vector<std::string>& prompts) {
+  for (const std::string& r : prompts) {
+    const size_t from = text.size() >= added + r.size() ? text.size() - added - r.size() + 1 : 0;
+    if (text.find(r, from) != std::string::npos) return true;
+  }
+  return false;
+}
 
 // The prompt in batches, asking for every row's logits and keeping the last row's in `last`. The last layer
 // computes only the rows whose logits are read, so this is how --routing-out sees it route every prompt token.
@@ -178,6 +97,9 @@ int CmdRun(std::span<const std::string> argv) {
     return 0;
   }
   const RunFlags& f = *parsed;
+  // From here on a Ctrl-C ends the run after the current step, with its summary: during loading or prefill, before
+  // the first token.
+  const InterruptGuard interrupt_guard;
 
   absl::StatusOr<PlacementRequest> placement = ToPlacementRequest(f.placement);
   if (!placement.ok()) return Fail(placement.status());
@@ -230,9 +152,12 @@ int CmdRun(std::span<const std::string> argv) {
       if (done >= total) std::fprintf(stderr, "\n");
     };
   }
+  using Clock = std::chrono::steady_clock;
+  const auto t_open = Clock::now();
   auto engine_or = Engine::Open(eo);
   if (!engine_or.ok()) return Fail(engine_or.status());
   Engine& engine = **engine_or;
+  const double load_ms = Ms(Clock::now() - t_open);
   const ModelConfig& cfg = engine.config();
   const Tokenizer& tok = engine.tokenizer();
 
@@ -252,9 +177,22 @@ int CmdRun(std::span<const std::string> argv) {
   history.reserve(prompt.size() + f.n_predict);
   std::vector<int32_t> generated;
   generated.reserve(f.n_predict);
-  Sampler sampler(f.sampling, n_vocab);
+  // The seed: given, or random as llama.cpp's default (-1) is; either way the summary and the JSON say which.
+  SamplerOptions sampling = f.sampling;
+  sampling.seed = f.seed ? *f.seed : std::random_device{}();
+  Sampler sampler(sampling, n_vocab);
+  std::vector<int32_t> eog_ids;  // --ignore-eos: their logits are masked before every sample
+  if (f.ignore_eos) {
+    for (int32_t id = 0; id < n_vocab; ++id) {
+      if (tok.IsEog(id)) eog_ids.push_back(id);
+    }
+  }
+  if (!f.json) std::fprintf(stderr, "%s\n", RunHeadline(engine.file(), cfg, engine.plan()).c_str());
+  if (!f.json && f.display_prompt) {  // the prompt before its continuation, as llama-cli shows it
+    std::fwrite(f.prompt.data(), 1, f.prompt.size(), stdout);
+    std::fflush(stdout);
+  }
 
-  using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
   absl::Status prefilled = all_logits || f.routing_out.empty() ? engine.Prefill(prompt, 0, all_logits, logits.data())
                                                                 : PrefillEveryRow(engine, prompt, logits.data());
@@ -273,12 +211,21 @@ int CmdRun(std::span<const std::string> argv) {
   Clock::time_point t_first = t_prefill;
   // Generating from BOS alone: SentencePiece's first piece carries the space the encoder would have prefixed.
   const bool strip_leading_space = prompt.size() == 1 && prompt[0] == tok.bos_id() && tok.add_space_prefix();
+  StopReason stop = StopReason::kLimit;
   for (int i = 0; i < f.n_predict; ++i) {
+    if (g_interrupted != 0) {
+      stop = StopReason::kInterrupt;
+      break;
+    }
+    for (int32_t e : eog_ids) last[e] = -std::numeric_limits<float>::infinity();
     const int32_t id = sampler.Sample(last, history);
     if (i == 0) t_first = Clock::now();
     generated.push_back(id);
     history.push_back(id);
-    if (tok.IsEog(id)) break;
+    if (tok.IsEog(id)) {
+      stop = StopReason::kEog;
+      break;
+    }
     std::string piece = tok.Piece(id);
     if (i == 0 && strip_leading_space && !piece.empty() && piece[0] == ' ') piece.erase(0, 1);
     text += piece;
@@ -286,9 +233,16 @@ int CmdRun(std::span<const std::string> argv) {
       std::fwrite(piece.data(), 1, piece.size(), stdout);
       std::fflush(stdout);
     }
+    if (CompletesAny(text, piece.size(), f.reverse_prompts)) {
+      stop = StopReason::kReversePrompt;
+      break;
+    }
     if (i + 1 == f.n_predict) break;
     const int64_t pos = static_cast<int64_t>(history.size()) - 1;
-    if (pos >= engine.n_ctx()) break;  // context full
+    if (pos >= engine.n_ctx()) {
+      stop = StopReason::kContextFull;
+      break;
+    }
     const int32_t next = id;
     if (absl::Status st = engine.executor().Forward(std::span<const int32_t>(&next, 1), pos, 1, last.data());
         !st.ok()) {
@@ -322,6 +276,9 @@ int CmdRun(std::span<const std::string> argv) {
   r.n_decoded = std::max<int64_t>(0, static_cast<int64_t>(generated.size()) - 1);  // the first came from prefill
   r.decode_ms = generated.empty() ? 0 : Ms(t_end - t_first);
   r.peak_rss_bytes = PeakRssBytes();
+  r.load_ms = load_ms;
+  r.seed = sampling.seed;
+  r.stop = stop;
   r.stats = engine.executor().stats();
   r.plan = &engine.plan();
   if (f.json) {
@@ -329,7 +286,7 @@ int CmdRun(std::span<const std::string> argv) {
   } else {
     std::fputs(RunReportSummary(r).c_str(), stderr);
   }
-  return 0;
+  return stop == StopReason::kInterrupt ? 130 : 0;
 }
 
 }  // namespace tandem::cli

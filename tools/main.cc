@@ -1,5 +1,6 @@
 // tandem: the command line. The only code that parses flags; everything else takes option structs.
 #include <cstdio>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -23,9 +24,22 @@ commands:
   synth      write a random-weight GGUF of real model shapes
   calibrate  measure this machine for the cost model
 
-  tandem <command> --help   shows the options of a command
+  tandem <command> --help   shows the options of a command (or tandem help <command>)
   tandem --version
 )";
+
+int Dispatch(std::string_view cmd, std::span<const std::string> args) {
+  using namespace tandem::cli;
+  if (cmd == "inspect") return CmdInspect(args);
+  if (cmd == "tokenize") return CmdTokenize(args);
+  if (cmd == "run") return CmdRun(args);
+  if (cmd == "plan") return CmdPlan(args);
+  if (cmd == "bench") return CmdBench(args);
+  if (cmd == "synth") return CmdSynth(args);
+  if (cmd == "calibrate") return CmdCalibrate(args);
+  if (cmd == "sweep") return CmdSweep(args);
+  return Fail("unknown command '" + std::string(cmd) + "' (see tandem --help)");
+}
 
 }  // namespace
 
@@ -36,6 +50,10 @@ int main(int argc, char** argv) {
     return 1;
   }
   const std::string_view cmd = argv[1];
+  if ((cmd == "help" || cmd == "--help" || cmd == "-h") && argc > 2) {  // `tandem help run`: run's own help
+    const std::vector<std::string> help{std::string(argv[2]), "--help"};
+    return Dispatch(help[0], std::span<const std::string>(help).subspan(1));
+  }
   if (cmd == "--help" || cmd == "-h" || cmd == "help") {
     std::fputs(kUsage, stdout);
     return 0;
@@ -45,13 +63,5 @@ int main(int argc, char** argv) {
     return 0;
   }
   const std::vector<std::string> args(argv + 2, argv + argc);
-  if (cmd == "inspect") return CmdInspect(args);
-  if (cmd == "tokenize") return CmdTokenize(args);
-  if (cmd == "run") return CmdRun(args);
-  if (cmd == "plan") return CmdPlan(args);
-  if (cmd == "bench") return CmdBench(args);
-  if (cmd == "synth") return CmdSynth(args);
-  if (cmd == "calibrate") return CmdCalibrate(args);
-  if (cmd == "sweep") return CmdSweep(args);
-  return Fail("unknown command '" + std::string(cmd) + "' (see tandem --help)");
+  return Dispatch(cmd, args);
 }

@@ -2,7 +2,9 @@
 
 #include <cstdio>
 
+#include "arch/arch.h"
 #include "core/status.h"
+#include "tools/cli_util.h"
 
 namespace tandem::cli {
 
@@ -22,6 +24,25 @@ std::string HumanBytes(uint64_t b) {
 namespace {
 double PerSecond(double n, double ms) { return ms > 0 ? n * 1000.0 / ms : 0.0; }
 }  // namespace
+
+const char* StopReasonName(StopReason r) {
+  switch (r) {
+    case StopReason::kLimit: return "limit";
+    case StopReason::kEog: return "eos";
+    case StopReason::kReversePrompt: return "reverse prompt";
+    case StopReason::kContextFull: return "context full";
+    case StopReason::kInterrupt: return "interrupted";
+  }
+  return "?";
+}
+
+std::string RunHeadline(const GgufFile& file, const ModelConfig& cfg, const Plan& plan) {
+  const Architecture* a = FindArchitecture(cfg.arch);
+  return Cat("model: ", cfg.name.empty() ? "(unnamed)" : cfg.name, ", ", cfg.arch, " (", a ? a->family() : "?",
+             "), ", DTypeName(MainWeightType(file)), ", ", HumanBytes(file.file_size()), ", ", cfg.n_layer, " layers",
+             cfg.is_moe() ? Cat(" of ", cfg.n_expert, " experts (", cfg.n_expert_used, " used)") : "",
+             " | placement: ", plan.why);
+}
 
 uint64_t PredictedVram(const Plan& p) {
   uint64_t total = 0;
@@ -62,7 +83,10 @@ nlohmann::json RunReportJson(const RunReport& r) {
         {"prompt_tps", prompt_tps},
         {"gen_ms", r.gen_ms},
         {"gen_tps", gen_tps},
-        {"ttft_ms", r.ttft_ms}}},
+        {"ttft_ms", r.ttft_ms},
+        {"load_ms", r.load_ms}}},
+      {"seed", r.seed},
+      {"stop", StopReasonName(r.stop)},
       {"memory", {{"peak_rss_bytes", r.peak_rss_bytes}, {"peak_vram_bytes", r.stats.peak_vram_bytes}}},
       {"pcie_bytes", r.stats.pcie_bytes},
       {"pcie_bytes_per_token", gen > 0 ? r.stats.pcie_bytes_decode / std::max<uint64_t>(r.stats.decode_tokens, 1) : 0},
@@ -94,12 +118,12 @@ std::string RunReportSummary(const RunReport& r) {
   const double gen_tps = PerSecond(static_cast<double>(r.n_decoded), r.decode_ms);
   const uint64_t per_tok = r.stats.decode_tokens > 0 ? r.stats.pcie_bytes_decode / r.stats.decode_tokens : 0;
   std::string s;
-  s += Cat("model: ", r.model_name.empty() ? "(unnamed)" : r.model_name, ", architecture ", r.arch, " (", r.family,
-           ")\n");
+  s += Cat("load: ", absl::StrFormat("%.1f", r.load_ms), " ms (map, plan, repack, copies to VRAM and pinned RAM)\n");
   s += Cat("prompt: ", r.prompt_tokens.size(), " tokens in ", absl::StrFormat("%.1f", r.prompt_ms), " ms (",
            absl::StrFormat("%.1f", prompt_tps), " t/s)\n");
-  s += Cat("generated: ", r.tokens.size(), " tokens, decode ", absl::StrFormat("%.1f", gen_tps), " t/s",
-           " | time to first token ", absl::StrFormat("%.1f", r.ttft_ms), " ms\n");
+  s += Cat("generated: ", r.tokens.size(), " tokens (stopped: ", StopReasonName(r.stop), "), decode ",
+           absl::StrFormat("%.1f", gen_tps), " t/s", " | time to first token ", absl::StrFormat("%.1f", r.ttft_ms),
+           " ms | seed ", r.seed, "\n");
   s += Cat("memory: peak RAM ", HumanBytes(r.peak_rss_bytes), ", peak VRAM ", HumanBytes(r.stats.peak_vram_bytes),
            " | PCIe ", HumanBytes(per_tok), " per generated token\n");
   if (r.plan != nullptr && (r.plan->predicted_decode_tps > 0 || r.plan->predicted_prefill_tps > 0)) {

@@ -5,12 +5,19 @@
 #include <string>
 #include <vector>
 
+#include "arch/model_config.h"
+#include "core/gguf.h"
 #include "graph/executor.h"
 #include "graph/plan.h"
 #include "graph/plan_report.h"
 #include "nlohmann/json.hpp"
 
 namespace tandem::cli {
+
+// Why generation ended: -n tokens generated, an end-of-generation token, a reverse prompt, the context full, or
+// Ctrl-C.
+enum class StopReason { kLimit, kEog, kReversePrompt, kContextFull, kInterrupt };
+const char* StopReasonName(StopReason r);  // "limit", "eos", "reverse prompt", "context full", "interrupted"
 
 struct RunReport {
   std::string arch;        // general.architecture
@@ -25,10 +32,15 @@ struct RunReport {
   int64_t n_decoded = 0;        // generated tokens that needed a decode step
   double decode_ms = 0;         // time of those decode steps
   uint64_t peak_rss_bytes = 0;
+  double load_ms = 0;           // opening the model: mapping, planning, repacking, copies to VRAM and pinned RAM
+  uint64_t seed = 0;            // the sampler's
+  StopReason stop = StopReason::kLimit;
   ExecutorStats stats;
   const Plan* plan = nullptr;
 };
 
+// The line `run` starts with: the model, its family, main weight type, size and shape, and how it is placed.
+std::string RunHeadline(const GgufFile& file, const ModelConfig& cfg, const Plan& plan);
 nlohmann::json RunReportJson(const RunReport& r);
 std::string RunReportSummary(const RunReport& r);
 // "1.23 GiB" style.
