@@ -7,7 +7,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <ctime>
 #include <iterator>
 #include <string>
 #include <utility>
@@ -55,15 +54,6 @@ Sizes SizesFor(bool quick) {
     s.overhead_calls = 200;
   }
   return s;
-}
-
-std::string UtcNow() {
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
 }
 
 double Seconds(Clock::time_point begin) { return std::chrono::duration<double>(Clock::now() - begin).count(); }
@@ -272,7 +262,7 @@ absl::StatusOr<MachineProfile> CalibrateCpu(const CalibrateOptions& opts) {
   MachineProfile p = DefaultProfile(false);
   p.device = "cpu";
   p.kind = opts.quick ? ProfileKind::kQuick : ProfileKind::kFull;
-  p.measured_at = UtcNow();
+  p.measured_at = UtcNowIso8601();
   p.host = ThisHost();
   p.n_threads = omp_get_max_threads();
   p.cpu_gemv_gbps.clear();
@@ -531,7 +521,7 @@ absl::StatusOr<MachineProfile> EnsureKernelSettings(const CalibrateOptions& opts
     p.kind = ProfileKind::kSettings;
     p.device = "cpu";
     p.host = ThisHost();
-    p.measured_at = UtcNow();
+    p.measured_at = UtcNowIso8601();
   }
   p.cpu_decode_prefetch_bytes = k.decode_prefetch_bytes;
   p.cpu_decode_prefetch_gain = k.decode_prefetch_gain;

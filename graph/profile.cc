@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -293,6 +294,15 @@ std::string ProfileCachePath(const std::string& device) {
   // host) would mislead the planner, so each generation has its own file.
   constexpr int kKernelGeneration = 3;
   return Cat(dir, "/profile-", safe, ".v", kKernelGeneration, ".json");
+}
+
+std::string UtcNowIso8601() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
 }
 
 }  // namespace tandem

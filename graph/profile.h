@@ -36,7 +36,7 @@ struct MachineProfile {
   std::string device = "cpu";  // what the GPU-side numbers describe: "none", "sim:...", "cuda:0"
   int n_threads = 1;           // CPU threads the CPU numbers were measured with
   ProfileKind kind = ProfileKind::kDefault;
-  std::string measured_at;     // UTC, ISO 8601; empty when nothing was measured
+  std::string measured_at;     // UTC, ISO 8601 (UtcNowIso8601); empty when nothing was measured
   HostIdentity host;           // where it was measured
   std::string gpu_description;  // the device as its driver names it (name, driver, PCIe); empty for sim/none
 
@@ -90,5 +90,8 @@ absl::StatusOr<MachineProfile> LoadProfile(const std::string& path);
 
 // $XDG_CACHE_HOME/tandem (or ~/.cache/tandem) + "/profile-<device>.json", the device name made file-safe.
 std::string ProfileCachePath(const std::string& device);
+
+// Now, UTC, as profiles record it: "2026-12-02T06:30:00Z" (also llama-bench's test_time).
+std::string UtcNowIso8601();
 
 }  // namespace tandem
