@@ -188,6 +188,12 @@ absl::StatusOr<Plan> PlanModel(const GgufFile& file, const ModelConfig& cfg, con
     in.host_ram_available = host->available;
   }
   TANDEM_ASSIGN_OR_RETURN(Plan plan, Partition(in));
+  for (const AcceleratorSetup& a : dev.accelerators) {
+    if (req.vram_budget && a.capacity > 0 && *req.vram_budget > a.capacity) {
+      plan.warnings.push_back(Cat("--vram-budget ", FormatBytes(*req.vram_budget), " is more than ", a.spec, "'s ",
+                                  FormatBytes(a.capacity), "; the plan holds to the device's memory"));
+    }
+  }
   // Repacked copies cannot be paged out; the file's pages can. When only the copies push the account past RAM,
   // computing from the pages (slower kernels, but no swapping) is the better plan.
   const uint64_t avail = in.host_ram_available;

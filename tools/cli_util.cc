@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <thread>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -15,6 +16,14 @@
 #include "core/status.h"
 
 namespace tandem::cli {
+
+void WarnIfOverHardwareThreads(int n_threads) {
+  const unsigned hw = std::thread::hardware_concurrency();
+  if (hw > 0 && n_threads > static_cast<int>(hw)) {
+    std::fprintf(stderr, "warning: -t %d is more than the %u hardware threads here; the extra threads only share them\n",
+                 n_threads, hw);
+  }
+}
 
 DType MainWeightType(const GgufFile& file) {
   std::map<DType, uint64_t> bytes_by_type;

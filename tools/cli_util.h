@@ -17,6 +17,9 @@ namespace tandem::cli {
 // The type holding most of a model file's tensor bytes, as llama-bench names a file by its main quantization.
 DType MainWeightType(const GgufFile& file);
 
+// A -t over this machine's hardware threads: a warning on stderr (the extra threads only share them).
+void WarnIfOverHardwareThreads(int n_threads);
+
 // Prints "error: <message>" on one line to stderr and returns 1. Newlines in the message become spaces.
 int Fail(std::string_view message);
 int Fail(const absl::Status& status);

@@ -123,6 +123,7 @@ int CmdBench(std::span<const std::string> argv) {
     return 0;
   }
   const BenchFlags& f = *parsed;
+  for (int t : f.n_threads) WarnIfOverHardwareThreads(t);
   const int max_p = *std::max_element(f.n_prompt.begin(), f.n_prompt.end());
   const int max_n = *std::max_element(f.n_gen.begin(), f.n_gen.end());
   absl::StatusOr<PlacementRequest> placement = ToPlacementRequest(f.placement);

@@ -97,6 +97,7 @@ int CmdRun(std::span<const std::string> argv) {
     return 0;
   }
   const RunFlags& f = *parsed;
+  WarnIfOverHardwareThreads(f.n_threads);
   // From here on a Ctrl-C ends the run after the current step, with its summary: during loading or prefill, before
   // the first token.
   const InterruptGuard interrupt_guard;

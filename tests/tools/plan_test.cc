@@ -209,6 +209,19 @@ TEST_F(PlanCli, LlamaCppSpellingsGiveTheSamePlansAsTheirTandemFlags) {
   EXPECT_NE(Plan("--help").out.find("--n-cpu-moe N"), std::string::npos);
 }
 
+// A budget over the device's memory is not silently cut down: the plan says so, and holds to the device.
+TEST_F(PlanCli, ABudgetOverTheDeviceWarns) {
+  const nlohmann::json j = PlanJson("-m " + ModelPath("stories260K-moe4.gguf") + " --device sim:64MiB --vram-budget 1GiB");
+  ASSERT_TRUE(j.contains("warnings"));
+  ASSERT_EQ(j["warnings"].size(), 1u) << j["warnings"];
+  EXPECT_NE(j["warnings"][0].get<std::string>().find("--vram-budget 1 GiB is more than sim:64MiB's 64 MiB"),
+            std::string::npos);
+  EXPECT_EQ(j["vram_budget"], 64u << 20);
+  EXPECT_EQ(PlanJson("-m " + ModelPath("stories260K-moe4.gguf") + " --device sim:64MiB --vram-budget 32MiB")["warnings"]
+                .size(),
+            0u);
+}
+
 TEST_F(PlanCli, CalibrateWritesAProfile) {
   const std::string out = dir_ + "/measured.json";
   const CmdResult r = RunCommand("XDG_CACHE_HOME=" + dir_ + "/cache " + TandemBin() +

@@ -252,6 +252,12 @@ TEST(Run, InterruptStopsGenerationAndStillReports) {
   }
 }
 
+TEST(Run, MoreThreadsThanTheMachineHasWarns) {
+  const test::CmdResult r = RunCommand(TandemBin() + " run -t 64 -n 2 -p hi --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.rfind("warning: -t 64 is more than the ", 0), 0u) << r.err;
+}
+
 TEST(Run, HelpAndVersion) {
   EXPECT_EQ(RunCommand(TandemBin() + " run --help").exit_code, 0);
   EXPECT_EQ(RunCommand(TandemBin() + " run -h").exit_code, 0);
