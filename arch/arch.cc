@@ -60,6 +60,10 @@ std::span<const Architecture* const> Architectures() { return Registry(); }
 
 absl::StatusOr<ModelSchema> ReadModelSchema(const GgufFile& file) {
   ModelSchema m;
+  if (file.tensors().empty()) {
+    return InvalidArgument("a vocab-only GGUF (a tokenizer, no weights): `tandem tokenize -m` reads it; running or "
+                           "planning needs a model");
+  }
   const GgufValue* arch = file.Find("general.architecture");
   if (!arch) return InvalidArgument("missing required key 'general.architecture'");
   if (!arch->AsString()) {

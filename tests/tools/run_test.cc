@@ -172,8 +172,13 @@ TEST(Run, StopsAtEosReversePromptAndFullContextAndSaysWhy) {
   std::filesystem::create_directories(dir);
   // A random model over 259 tokens at a high temperature samples EOS (id 2) within a few hundred tokens.
   const std::string tiny = dir + "/v259.gguf";
-  ASSERT_EQ(RunCommand(TandemBin() + " synth --arch llama --layers 1 --embd 64 --ff 64 --heads 4 --kv-heads 2 "
-                                     "--vocab 259 --type F32 -o " + tiny).exit_code, 0);
+  const test::CmdResult synth = RunCommand(TandemBin() + " synth --arch llama --layers 1 --embd 64 --ff 64 --heads 4 "
+                                           "--kv-heads 2 --vocab 259 --type F32 -o " + tiny);
+  ASSERT_EQ(synth.exit_code, 0) << synth.err;
+  // synth says what it wrote, and the file holds that many tensors.
+  const size_t n_tensors = nlohmann::json::parse(RunCommand(TandemBin() + " inspect --json " + tiny).out)["tensors"].size();
+  EXPECT_EQ(synth.out.rfind(Cat("wrote ", tiny, ": llama, 1 layer, n_embd 64, F32, ", n_tensors, " tensors, "), 0), 0u)
+      << synth.out;
   const std::string hot = TandemBin() + " run -m " + tiny + " -p a -n 400 -c 1024 --seed 1 --temp 3 --top-k 0 "
                           "--top-p 1 --min-p 0 --json";
   nlohmann::json j = nlohmann::json::parse(RunCommand(hot).out);
@@ -249,6 +254,18 @@ TEST(Run, InterruptStopsGenerationAndStillReports) {
     }
     std::filesystem::remove(base + ".out");
     std::filesystem::remove(base + ".err");
+  }
+}
+
+// A vocab-only file (tokenizer tests use them) is named as such, not reported as a missing key.
+TEST(Run, AVocabOnlyFileSaysSo) {
+  const std::string vocab = Quote(test::DataPath("tokenizer/ggml-vocab-llama-spm.gguf"));
+  for (const std::string cmd : {" run -m ", " plan -m ", " bench -m "}) {
+    const test::CmdResult r = RunCommand(TandemBin() + cmd + vocab);
+    EXPECT_EQ(r.exit_code, 1) << cmd;
+    EXPECT_EQ(r.err.rfind("error: ", 0), 0u) << cmd << r.err;
+    EXPECT_NE(r.err.find("vocab-only"), std::string::npos) << cmd << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << cmd << r.err;
   }
 }
 
