@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -14,8 +15,19 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
+#include "graph/placement.h"
 
 namespace tandem::cli {
+
+std::function<void(uint64_t, uint64_t)> ProgressBar(std::string label) {
+  return [label = std::move(label)](uint64_t done, uint64_t total) {
+    constexpr int kWidth = 40;
+    const int filled = total > 0 ? static_cast<int>(kWidth * std::min(done, total) / total) : kWidth;
+    std::fprintf(stderr, "\r%s [%s%s] %s / %s", label.c_str(), std::string(filled, '#').c_str(),
+                 std::string(kWidth - filled, ' ').c_str(), FormatBytes(done).c_str(), FormatBytes(total).c_str());
+    if (done >= total) std::fprintf(stderr, "\n");
+  };
+}
 
 void WarnIfOverHardwareThreads(int n_threads) {
   const unsigned hw = std::thread::hardware_concurrency();

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -16,6 +17,9 @@ namespace tandem::cli {
 
 // The type holding most of a model file's tensor bytes, as llama-bench names a file by its main quantization.
 DType MainWeightType(const GgufFile& file);
+
+// A progress bar on stderr for byte counts: "\rLABEL [#####     ] 1.2 GiB / 4.5 GiB", ending its line when done.
+std::function<void(uint64_t done, uint64_t total)> ProgressBar(std::string label);
 
 // A -t over this machine's hardware threads: a warning on stderr (the extra threads only share them).
 void WarnIfOverHardwareThreads(int n_threads);

@@ -144,15 +144,7 @@ int CmdRun(std::span<const std::string> argv) {
   }
   eo.numa = f.placement.numa;
   // A progress bar for weights going to VRAM or pinned RAM, only on a terminal and never with --json.
-  if (!f.json && isatty(STDERR_FILENO)) {
-    eo.progress = [](uint64_t done, uint64_t total) {
-      const int width = 40;
-      const int filled = total > 0 ? static_cast<int>(width * done / total) : width;
-      std::fprintf(stderr, "\rloading [%s%s] %s / %s", std::string(filled, '#').c_str(),
-                   std::string(width - filled, ' ').c_str(), HumanBytes(done).c_str(), HumanBytes(total).c_str());
-      if (done >= total) std::fprintf(stderr, "\n");
-    };
-  }
+  if (!f.json && isatty(STDERR_FILENO)) eo.progress = ProgressBar("loading");
   using Clock = std::chrono::steady_clock;
   const auto t_open = Clock::now();
   auto engine_or = Engine::Open(eo);

@@ -1,11 +1,16 @@
 // tandem synth: write a random-weight GGUF of real model shapes.
+#include <unistd.h>
+
 #include <cstdio>
+#include <string>
 
 #include "absl/strings/numbers.h"
 
 #include "core/status.h"
+#include "graph/placement.h"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
+#include "tools/quant_mix.h"
 #include "tools/synth.h"
 
 namespace tandem::cli {
@@ -132,7 +137,14 @@ int CmdSynth(std::span<const std::string> argv) {
     return Fail(Cat("synth: shape ", o.shape, " is ", preset->options.n_expert > 0 ? "an MoE" : "a dense",
                     " model; --experts cannot change that"));
   }
-  if (absl::Status st = WriteSyntheticModel(o); !st.ok()) return Fail(st);
+  if (isatty(STDERR_FILENO)) o.progress = ProgressBar("writing");
+  absl::StatusOr<SynthWritten> written = WriteSyntheticModel(o);
+  if (!written.ok()) return Fail(written.status());
+  const std::string type = o.mix ? std::string(QuantMixName(*o.mix)) : std::string(DTypeName(o.type));
+  const std::string experts = o.n_expert > 0 ? Cat(" x ", o.n_expert, " experts (", o.n_expert_used, " used)") : "";
+  std::printf("wrote %s: %s, %d layer%s%s, n_embd %d, %s, %zu tensors, %s%s\n", o.output.c_str(), o.arch.c_str(),
+              o.n_layer, o.n_layer == 1 ? "" : "s", experts.c_str(), o.n_embd, type.c_str(), written->n_tensors,
+              FormatBytes(written->tensor_bytes).c_str(), o.zeros ? " of zeros (file holes)" : "");
   return 0;
 }
 

@@ -206,7 +206,7 @@ const SynthShape* FindSynthShape(std::string_view name) {
   return nullptr;
 }
 
-absl::Status WriteSyntheticModel(const SynthOptions& o) {
+absl::StatusOr<SynthWritten> WriteSyntheticModel(const SynthOptions& o) {
   const Architecture* family = FindArchitecture(o.arch);
   if (family == nullptr) return InvalidArgument("synth: no architecture module '", o.arch, "'");
   if (o.output.empty()) return InvalidArgument("synth needs -o FILE");
@@ -308,6 +308,9 @@ absl::Status WriteSyntheticModel(const SynthOptions& o) {
     if (!e.per_layer() && e.unit == UnitKind::kOutput) add(e, -1);
   }
 
+  SynthWritten written{.n_tensors = specs.size()};
+  for (const TensorSpec& s : specs) written.tensor_bytes += RowBytes(s.type, s.ne[0]) * s.ne[1] * s.ne[2] * s.ne[3];
+  uint64_t done = 0;
   std::vector<GgufWriteTensor> tensors;
   tensors.reserve(specs.size());
   for (const TensorSpec& s : specs) {
@@ -318,13 +321,19 @@ absl::Status WriteSyntheticModel(const SynthOptions& o) {
     } else if (o.zeros) {
       t.zeros = true;
     } else {
-      t.produce = [&s, seed = o.seed, skew = o.router_skew](uint8_t* dst, size_t) {
-        return Produce(s, seed, skew, dst);
+      t.produce = [&s, &o, &done, &written](uint8_t* dst, size_t bytes) {
+        absl::Status st = Produce(s, o.seed, o.router_skew, dst);
+        done += bytes;
+        if (st.ok() && o.progress) o.progress(done, written.tensor_bytes);
+        return st;
       };
     }
     tensors.push_back(std::move(t));
   }
-  return WriteGguf(o.output, kv, tensors);
+  TANDEM_RETURN_IF_ERROR(WriteGguf(o.output, kv, tensors));
+  // Zero-filled and given tensors are written without a call: the bar ends at 100 % all the same.
+  if (o.progress && done < written.tensor_bytes) o.progress(written.tensor_bytes, written.tensor_bytes);
+  return written;
 }
 
 }  // namespace tandem::cli

@@ -2,11 +2,13 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "core/dtype.h"
 #include "tools/quant_mix.h"
 
@@ -43,6 +45,14 @@ struct SynthOptions {
   float router_skew = 0;
   bool zeros = false;    // all-zero weights left as file holes: instant, for plan and load tests
   std::string output;
+  // Called after each generated tensor with the tensor bytes written so far and in all; null: nothing.
+  std::function<void(uint64_t done, uint64_t total)> progress;
+};
+
+// What WriteSyntheticModel wrote.
+struct SynthWritten {
+  size_t n_tensors = 0;
+  uint64_t tensor_bytes = 0;
 };
 
 // A named real model shape: its family, widths and vocabulary.
@@ -56,6 +66,6 @@ std::span<const SynthShape> SynthShapes();
 const SynthShape* FindSynthShape(std::string_view name);
 
 // Writes the file, generating and quantizing each tensor just before it is written (memory stays at one tensor).
-absl::Status WriteSyntheticModel(const SynthOptions& o);
+absl::StatusOr<SynthWritten> WriteSyntheticModel(const SynthOptions& o);
 
 }  // namespace tandem::cli
