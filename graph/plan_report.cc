@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "absl/strings/str_join.h"
 #include "core/status.h"
 #include "graph/placement.h"
 
@@ -160,8 +161,12 @@ std::string PlanTable(const Plan& plan) {
   }
   out += Cat(Pad("total", 14, false), Pad(FormatBytes(plan.gpu.total()), 12, true),
              Pad(FormatBytes(plan.host.total()), 12, true), "\n");
-  out += Cat("host: weights are pinned copies of streamed units; mapped, the model file's pages the CPU computes\n",
-             "from; repacked, its copies of them in its own layout (", plan.cpu_repack ? "on" : "off", " here)\n");
+  // What the host rows mean, for the rows this plan fills.
+  std::vector<std::string> terms;
+  if (plan.host.weights > 0) terms.push_back("weights are pinned copies of streamed units");
+  if (plan.host.mapped > 0) terms.push_back("mapped, the model file's pages the CPU computes from");
+  if (plan.host.repacked > 0) terms.push_back("repacked, the CPU's copies of its weights in its own layout");
+  if (!terms.empty()) out += Cat("host: ", absl::StrJoin(terms, "; "), "\n");
   if (plan.host_ram_available > 0) {
     out += Cat("host RAM available: ", FormatBytes(plan.host_ram_available),
                plan.host_paged_bytes > 0

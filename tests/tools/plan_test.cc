@@ -111,6 +111,18 @@ TEST_F(PlanCli, TableShowsPlacementMemoryAndPredictions) {
   }
 }
 
+// The host rows' footnote explains the rows the plan fills, and no others.
+TEST_F(PlanCli, FootnotesOnlyWhereTheyApply) {
+  const std::string moe = "-m " + ModelPath("stories260K-moe4.gguf");
+  const CmdResult cpu = Plan(moe + " --device none"), streamed = Plan(moe + " --device sim:64MiB --stream-layers 5");
+  ASSERT_EQ(cpu.exit_code, 0) << cpu.err;
+  ASSERT_EQ(streamed.exit_code, 0) << streamed.err;
+  EXPECT_NE(cpu.out.find("host: mapped,"), std::string::npos) << cpu.out;
+  EXPECT_EQ(cpu.out.find("pinned copies of streamed units"), std::string::npos) << cpu.out;
+  EXPECT_EQ(cpu.out.find("staging:"), std::string::npos) << cpu.out;
+  EXPECT_NE(streamed.out.find("pinned copies of streamed units"), std::string::npos) << streamed.out;
+}
+
 // A Mixtral-8x7B-shaped file (zeros: sparse, instant) on a 12 GiB card: experts placed one by one, shown per layer,
 // against the layer-level plan of the same request.
 TEST_F(PlanCli, MixtralOnTwelveGiBPlacesExpertsOneByOne) {
