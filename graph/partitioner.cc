@@ -237,17 +237,40 @@ absl::StatusOr<std::vector<std::optional<Option>>> ApplyRules(const PartitionInp
   if (in.request.cpu_moe_layers && in.config.n_expert <= 0) {
     return InvalidArgument("--n-cpu-moe / --cpu-moe: the model has no experts");
   }
-  std::vector<PlaceRule> unit_rules, expert_rules;
-  for (const PlaceRule& r : rules) (r.experts.empty() ? unit_rules : expert_rules).push_back(r);
+  auto spec = [](const PlaceRule& r) { return Cat(r.pattern, "=", PlacementName(r.target)); };
   for (size_t i = 0; i < in.units.size(); ++i) {
     const UnitSpec& u = in.units[i];
-    // Expert rules: each named expert takes the first rule naming it; the layer's others compute on the CPU.
-    if (u.kind == UnitKind::kFfn && u.expert_block_bytes > 0 && !expert_rules.empty()) {
+    const bool moe_ffn = u.kind == UnitKind::kFfn && u.expert_block_bytes > 0;
+    // Whole-unit rules, tensor by tensor: each tensor's first matching rule. A unit runs in one place, so those
+    // rules must agree on it; `first` is the earliest of them, before which expert rules take the unit.
+    std::optional<size_t> first, decided;  // indices into `rules`
+    std::string decided_tensor;
+    for (const std::string& t : u.tensors) {
+      std::optional<size_t> r;
+      for (size_t k = 0; k < rules.size() && !r; ++k) {
+        if (rules[k].experts.empty() && rules[k].Matches(t)) r = k;
+      }
+      if (!r) continue;
+      first = std::min(first.value_or(*r), *r);
+      if (!decided) {
+        decided = r;
+        decided_tensor = t;
+      } else if (rules[*r].target != rules[*decided].target) {
+        return InvalidArgument("--place '", spec(rules[*decided]), "' matches ", decided_tensor, " and '",
+                               spec(rules[*r]), "' matches ", t, ", both of ", u.name, ", which runs in one place",
+                               moe_ffn ? " (its experts can go elsewhere: REGEX@EXPERTS=...)" : "");
+      }
+    }
+    // Expert rules before that: each named expert takes the first rule naming it; the layer's others compute on
+    // the CPU.
+    if (moe_ffn) {
       auto each = std::make_shared<std::vector<ExpertPlacement>>(in.config.n_expert);
       std::vector<bool> named(in.config.n_expert, false);
       bool any = false;
-      for (const PlaceRule& r : expert_rules) {
-        if (!FirstMatchingRule(std::span<const PlaceRule>(&r, 1), std::span(u.tensors).first(u.owned_tensors))) {
+      for (size_t k = 0; k < first.value_or(rules.size()); ++k) {
+        const PlaceRule& r = rules[k];
+        if (r.experts.empty() ||
+            !FirstMatchingRule(std::span<const PlaceRule>(&r, 1), std::span(u.tensors).first(u.owned_tensors))) {
           continue;
         }
         for (int e : r.experts) {
@@ -266,10 +289,9 @@ absl::StatusOr<std::vector<std::optional<Option>>> ApplyRules(const PartitionInp
         continue;
       }
     }
-    if (std::optional<size_t> r = FirstMatchingRule(unit_rules, u.tensors)) {
-      fixed[i] = Option{unit_rules[*r].target, unit_rules[*r].target};
-    } else if (in.request.cpu_moe_layers && u.kind == UnitKind::kFfn && u.expert_block_bytes > 0 &&
-               u.layer < *in.request.cpu_moe_layers) {
+    if (decided) {
+      fixed[i] = Option{rules[*decided].target, rules[*decided].target};
+    } else if (in.request.cpu_moe_layers && moe_ffn && u.layer < *in.request.cpu_moe_layers) {
       fixed[i] = kCpuOpt;
     }
   }

@@ -18,7 +18,9 @@ namespace tandem {
 
 // --place REGEX=cpu|gpu|stream. The regex is searched (not anchored) in each GGUF tensor name, so
 // 'ffn_.*_exps' matches "blk.3.ffn_up_exps.weight". A rule that matches any tensor of a unit places the whole
-// unit, in both phases.
+// unit, in both phases. Per tensor the first rule matching it decides, so rules that decide different places for
+// tensors of one unit are an error (an MoE layer's experts are placed apart with @EXPERTS, below); between an
+// expert rule and a whole-unit rule for the same layer, the earlier wins.
 // --place REGEX@EXPERTS=cpu|gpu|stream, EXPERTS a list of indices and ranges ("0-15", "1,5,9", "0-3,8"): in each
 // MoE layer with an expert tensor the regex matches, those experts go to the target and the layer's router stays
 // resident; its experts no rule names compute on the CPU.

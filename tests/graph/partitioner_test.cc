@@ -495,6 +495,38 @@ TEST(Partitioner, FirstMatchingRuleWinsAndBadRulesAreErrors) {
   EXPECT_NE(Message(bad.status()).find("--place rules need"), std::string::npos) << bad.status();
 }
 
+// A unit runs in one place: rules may match its tensors one by one, but where their first matches disagree the plan
+// is refused, naming both rules and tensors. Between an expert rule and a whole-unit rule, the earlier wins.
+TEST(Partitioner, RulesThatWouldSplitAUnitAreAnErrorAndTheFirstRuleWins) {
+  PartitionInput in = MixtralInput("sim:24GiB", CpuProfile(50, 500));
+  in.request.rules = {Rule("ffn_gate_inp=gpu"), Rule("exps=cpu")};
+  absl::StatusOr<Plan> bad = Partition(in);
+  ASSERT_FALSE(bad.ok());
+  const std::string msg = Message(bad.status());
+  for (const char* want : {"'ffn_gate_inp=gpu' matches blk.0.ffn_gate_inp.weight", "'exps=cpu' matches blk.0.ffn_",
+                           "both of blk.0.ffn", "@EXPERTS"}) {
+    EXPECT_NE(msg.find(want), std::string::npos) << want << " in: " << msg;
+  }
+  // Rules that agree on every tensor of a unit place it together.
+  in.request.rules = {Rule("ffn_gate_inp=cpu"), Rule("exps=cpu")};
+  const Plan agree = Partition(in).value();
+  EXPECT_EQ(Find(agree, "blk.0.ffn").decode, Placement::kCpu);
+  EXPECT_FALSE(Find(agree, "blk.0.ffn").split());
+
+  // The whole-unit rule for layer 3 comes first: it takes that layer; the expert rule takes the others.
+  in.request.rules = {Rule("blk\\.3\\.ffn=cpu"), Rule("ffn_.*_exps@0-1=gpu")};
+  const Plan unit_first = Partition(in).value();
+  EXPECT_FALSE(Find(unit_first, "blk.3.ffn").split());
+  EXPECT_EQ(Find(unit_first, "blk.3.ffn").decode, Placement::kCpu);
+  ASSERT_TRUE(Find(unit_first, "blk.4.ffn").split());
+  EXPECT_EQ(Find(unit_first, "blk.4.ffn").CountExperts(Phase::kDecode, Placement::kGpu), 2);
+  // Reversed, the expert rule comes first and takes layer 3 too.
+  in.request.rules = {Rule("ffn_.*_exps@0-1=gpu"), Rule("blk\\.3\\.ffn=cpu")};
+  const Plan experts_first = Partition(in).value();
+  ASSERT_TRUE(Find(experts_first, "blk.3.ffn").split());
+  EXPECT_EQ(Find(experts_first, "blk.3.ffn").CountExperts(Phase::kDecode, Placement::kGpu), 2);
+}
+
 TEST(Partitioner, NoGpuPutsEverythingOnTheCpu) {
   const Plan p = Partition(MixtralInput("none", CpuProfile(50, 500))).value();
   for (const UnitPlan& u : p.units) {
