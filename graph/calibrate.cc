@@ -16,6 +16,7 @@
 #include <random>
 
 #include "core/quant.h"
+#include "core/cpu_load.h"
 #include "core/status.h"
 #include "cpu_backend/host_block.h"
 #include "cpu_backend/kernels.h"
@@ -267,6 +268,9 @@ absl::StatusOr<MachineProfile> CalibrateCpu(const CalibrateOptions& opts) {
   p.n_threads = omp_get_max_threads();
   p.cpu_gemv_gbps.clear();
   p.cpu_gemm_gflops.clear();
+  // What else ran meanwhile: rates taken beside other work are low, and plans made from them mislead.
+  const absl::StatusOr<CpuTimes> load_before = ReadCpuTimes();
+  const auto wall_start = Clock::now();
 
   // Kernel settings first, so that the rates below are those of the kernels as they will run.
   TANDEM_ASSIGN_OR_RETURN(const KernelSettings k, MeasureKernelSettings(opts));
@@ -352,6 +356,9 @@ absl::StatusOr<MachineProfile> CalibrateCpu(const CalibrateOptions& opts) {
       return Trial{.value = Seconds(begin) / sz.overhead_calls, .upper = 1e-3};
     }));
     p.cpu_op_overhead_s = overhead.median;
+  }
+  if (const absl::StatusOr<CpuTimes> load_after = ReadCpuTimes(); load_before.ok() && load_after.ok()) {
+    p.others_cpu_share = OthersBusyShare(*load_before, *load_after, Seconds(wall_start));
   }
   return p;
 }

@@ -56,6 +56,7 @@ Plan Planner::Finish(const Assignment& a, uint64_t cap, std::string why) const {
   plan.gen_tokens = in_.gen_tokens;
   plan.why = std::move(why);
   plan.rates_measured = in_.profile.kind == ProfileKind::kFull || in_.profile.kind == ProfileKind::kQuick;
+  plan.profile_others_cpu_share = in_.profile.others_cpu_share;
   if (cache_slots_ > 0) {
     int streaming = 0;
     for (size_t i = 0; i < a.size(); ++i) {

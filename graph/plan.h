@@ -122,6 +122,7 @@ struct Plan {
   uint64_t pcie_bytes_per_decode_token = 0;
   std::string why;              // one line: how the placement was chosen ("auto: ...", "--gpu-layers 2 ...")
   bool rates_measured = false;  // the predictions rest on a calibration of this machine, not on default rates
+  double profile_others_cpu_share = 0;  // MachineProfile::others_cpu_share of the profile the plan rests on
   // One line each, for stderr: what will make this plan slow or unsafe (paging from disk, a context past the one
   // the model was trained for, memory that will swap).
   std::vector<std::string> warnings;

@@ -6,6 +6,7 @@
 #include "absl/strings/str_join.h"
 #include "core/status.h"
 #include "graph/placement.h"
+#include "graph/profile.h"
 
 namespace tandem {
 namespace {
@@ -190,6 +191,12 @@ std::string PlanTable(const Plan& plan) {
   }
   // The prompt's own batches: one shorter than a full batch goes as one batch of its length.
   const int batch = plan.prompt_tokens > 0 ? std::min(plan.prefill_batch, plan.prompt_tokens) : plan.prefill_batch;
+  if (plan.profile_others_cpu_share > kBusyCalibration) {
+    out += Cat("\nnote: the CPU profile was measured while other processes used ",
+               Fmt("%.0f", 100 * plan.profile_others_cpu_share),
+               " % of the CPUs; its rates, and so these predictions, are likely low (tandem calibrate again on an "
+               "idle machine)\n");
+  }
   out += Cat("\npredicted: prefill ", Fmt("%.1f", plan.predicted_prefill_tps), " tok/s (", plan.prompt_tokens,
              "-token prompt in batches of ", batch, ", first token in ", Fmt("%.1f", plan.predicted_ttft_s * 1e3),
              " ms), decode ", Fmt("%.2f", plan.predicted_decode_tps), " tok/s\n");

@@ -161,6 +161,7 @@ std::string ProfileToJson(const MachineProfile& p) {
   j["cpu_decode_prefetch_bytes"] = p.cpu_decode_prefetch_bytes;
   j["cpu_decode_prefetch_gain"] = p.cpu_decode_prefetch_gain;
   j["cpu_clock_ghz"] = p.cpu_clock_ghz;
+  j["others_cpu_share"] = p.others_cpu_share;
   j["cpu_gemv_spread"] = RatesToJson(p.cpu_gemv_spread);
   j["cpu_gemm_spread"] = RatesToJson(p.cpu_gemm_spread);
   j["cpu_attn_spread"] = p.cpu_attn_spread;
@@ -227,6 +228,8 @@ absl::StatusOr<MachineProfile> ProfileFromJson(const std::string& text) {
   }
   TANDEM_RETURN_IF_ERROR(ReadNumber(j, "cpu_decode_prefetch_gain", true, &p.cpu_decode_prefetch_gain));
   TANDEM_RETURN_IF_ERROR(ReadNumber(j, "cpu_clock_ghz", false, &p.cpu_clock_ghz));
+  TANDEM_RETURN_IF_ERROR(ReadNumber(j, "others_cpu_share", false, &p.others_cpu_share));
+  if (p.others_cpu_share > 1) return InvalidArgument("profile: 'others_cpu_share' must be at most 1");
   TANDEM_RETURN_IF_ERROR(ReadNumber(j, "cpu_attn_spread", false, &p.cpu_attn_spread));
   TANDEM_RETURN_IF_ERROR(RatesFromJson(j, "cpu_gemv_spread", &p.cpu_gemv_spread, /*positive=*/false));
   TANDEM_RETURN_IF_ERROR(RatesFromJson(j, "cpu_gemm_spread", &p.cpu_gemm_spread, /*positive=*/false));

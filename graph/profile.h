@@ -55,6 +55,9 @@ struct MachineProfile {
   std::map<DType, double> cpu_gemm_spread;
   double cpu_attn_spread = 0;
   double cpu_clock_ghz = 0;  // one core's clock measured alongside, which bounds the GEMM rates; 0: unknown
+  // The share of the machine's CPUs other processes used while it measured (core/cpu_load.h), 0..1. Above
+  // kBusyCalibration the rates are likely low: plan and run say so.
+  double others_cpu_share = 0;
   // Reads of the model file's pages that are not in RAM (weights larger than the RAM left for them). A default for
   // an NVMe SSD, not measured: calibration leaves it, a profile file may set it.
   double disk_read_gbps = 2;
@@ -90,6 +93,9 @@ absl::StatusOr<MachineProfile> LoadProfile(const std::string& path);
 
 // $XDG_CACHE_HOME/tandem (or ~/.cache/tandem) + "/profile-<device>.json", the device name made file-safe.
 std::string ProfileCachePath(const std::string& device);
+
+// Other processes' share of the CPUs during a calibration above which its rates are called into doubt.
+inline constexpr double kBusyCalibration = 0.25;
 
 // Now, UTC, as profiles record it: "2026-12-02T06:30:00Z" (also llama-bench's test_time).
 std::string UtcNowIso8601();

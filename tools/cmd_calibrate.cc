@@ -118,6 +118,10 @@ int CmdCalibrate(std::span<const std::string> args) {
   std::fprintf(stderr, "calibrating the CPU...\n");
   absl::StatusOr<MachineProfile> p = CalibrateCpu(opts);
   if (!p.ok()) return Fail(p.status());
+  if (p->others_cpu_share > kBusyCalibration) {
+    std::fprintf(stderr, "warning: other processes used %.0f %% of the CPUs while this measured, so its rates are "
+                 "likely low; calibrate again on an idle machine\n", 100 * p->others_cpu_share);
+  }
   // A quick calibration never replaces a full one: its rates are rough (small matrices inside the caches).
   if (absl::StatusOr<bool> stored = StoreProfile(ProfileCachePath("cpu"), *p); !stored.ok()) {
     std::fprintf(stderr, "warning: %s\n", Message(stored.status()).c_str());

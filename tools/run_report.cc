@@ -4,6 +4,7 @@
 
 #include "arch/arch.h"
 #include "core/status.h"
+#include "graph/profile.h"
 #include "tools/cli_util.h"
 
 namespace tandem::cli {
@@ -108,7 +109,8 @@ nlohmann::json RunReportJson(const RunReport& r) {
     j["predicted"] = {{"prefill_tps", p.predicted_prefill_tps}, {"decode_tps", p.predicted_decode_tps},
                       {"ttft_ms", p.predicted_ttft_s * 1e3},  {"peak_vram_bytes", PredictedVram(p)},
                       {"peak_rss_bytes", PredictedRam(p)},   {"pcie_bytes_per_token", p.pcie_bytes_per_decode_token},
-                      {"rates_measured", p.rates_measured}};
+                      {"rates_measured", p.rates_measured},
+                      {"profile_others_cpu_share", p.profile_others_cpu_share}};
   }
   return j;
 }
@@ -131,8 +133,11 @@ std::string RunReportSummary(const RunReport& r) {
     auto row = [&](const char* what, const std::string& predicted, const std::string& measured) {
       s += absl::StrFormat("  %-16s %14s %14s\n", what, predicted, measured);
     };
-    s += absl::StrFormat("  %-16s %14s %14s%s\n", "the plan's", "predicted", "measured",
-                         p.rates_measured ? "" : "   (default rates: `tandem calibrate` measures this machine)");
+    const char* doubt = !p.rates_measured ? "   (default rates: `tandem calibrate` measures this machine)"
+                        : p.profile_others_cpu_share > kBusyCalibration
+                            ? "   (rates measured on a busy machine: `tandem calibrate` when it is idle)"
+                            : "";
+    s += absl::StrFormat("  %-16s %14s %14s%s\n", "the plan's", "predicted", "measured", doubt);
     row("time to first", absl::StrFormat("%.1f ms", p.predicted_ttft_s * 1e3), absl::StrFormat("%.1f ms", r.ttft_ms));
     row("prefill", absl::StrFormat("%.1f t/s", p.predicted_prefill_tps), absl::StrFormat("%.1f t/s", prompt_tps));
     row("decode", absl::StrFormat("%.1f t/s", p.predicted_decode_tps), absl::StrFormat("%.1f t/s", gen_tps));

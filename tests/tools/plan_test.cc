@@ -234,6 +234,25 @@ TEST_F(PlanCli, ABudgetOverTheDeviceWarns) {
             0u);
 }
 
+// A profile measured while other programs took the CPUs says so wherever its predictions are shown.
+TEST_F(PlanCli, AProfileMeasuredOnABusyMachineIsCalledIntoDoubt) {
+  MachineProfile busy = test::CpuProfile(/*gemv_gbps=*/20, /*gemm_gflops=*/100);
+  busy.others_cpu_share = 0.6;
+  const std::string busy_path = dir_ + "/busy.json";
+  ASSERT_TRUE(SaveProfile(busy_path, busy).ok());
+  ASSERT_EQ(LoadProfile(busy_path)->others_cpu_share, 0.6);
+  const std::string moe = " -m " + ModelPath("stories260K-moe4.gguf") + " --device none";
+  const CmdResult doubted = RunCommand(TandemBin() + " plan --profile " + busy_path + moe);
+  ASSERT_EQ(doubted.exit_code, 0) << doubted.err;
+  EXPECT_NE(doubted.out.find("other processes used 60 % of the CPUs"), std::string::npos) << doubted.out;
+  const CmdResult idle = Plan(moe);
+  EXPECT_EQ(idle.out.find("other processes used"), std::string::npos) << idle.out;
+  // A share above one is not a share.
+  busy.others_cpu_share = 1.5;
+  ASSERT_TRUE(SaveProfile(busy_path, busy).ok());
+  EXPECT_FALSE(LoadProfile(busy_path).ok());
+}
+
 TEST_F(PlanCli, CalibrateWritesAProfile) {
   const std::string out = dir_ + "/measured.json";
   const CmdResult r = RunCommand("XDG_CACHE_HOME=" + dir_ + "/cache " + TandemBin() +
