@@ -199,6 +199,9 @@ class CpuBackend final : public CpuBackendApi {
   void AddBias(const float* x, const float* b, int64_t n_tok, int64_t n, float* y) override {
     cpu::AddBias(x, b, n_tok, n, y);
   }
+  void ScaleRows(const float* x, const float* s, int64_t n_tok, int64_t n, RowScale f, float* y) override {
+    cpu::ScaleRows(x, s, n_tok, n, f, y);
+  }
   void Rope(float* x, int64_t n_tok, const int32_t* pos, const RopeParams& p) override { cpu::Rope(x, n_tok, pos, p); }
   void KvStore(const KvLayer& kv, const float* k, const float* v, int64_t n_tok, int64_t pos0) override {
     cpu::KvStore(kv, k, v, n_tok, pos0);

@@ -105,6 +105,8 @@ void GluRef(const float* g, const float* u, int64_t n, const GluParams& p, float
 // ---- add.cc: y = a + b over n values (y may alias a); y[t] = x[t] + b for each of n_tok rows of n ----
 void Add(const float* a, const float* b, int64_t n, float* y);
 void AddBias(const float* x, const float* b, int64_t n_tok, int64_t n, float* y);
+// y[t][i] = x[t][i] * f(s[t]) (runtime/ops.h's RowScale; y may alias x)
+void ScaleRows(const float* x, const float* s, int64_t n_tok, int64_t n, RowScale f, float* y);
 
 // ---- moe_route.cc: the routing of runtime/ops.h's MoeRouteParams. logits [n_tok][n_expert] -> ids, weights
 // [n_tok][k]. ----

@@ -176,6 +176,7 @@ class CudaBackend final : public Backend {
   void Add(const float* a, const float* b, int64_t n, float* y) override {
     if (Elementwise("Add", n, {a, b, y})) Check(LaunchAdd(a, b, n, y, compute()), "Add launch");
   }
+  void ScaleRows(const float* x, const float* s, int64_t n_tok, int64_t n, RowScale f, float* y) override;
   void MoeRoute(const float* logits, int64_t n_tok, const MoeRouteParams& p, int32_t* ids, float* weights) override;
   void MoeExperts(const MoeExpertsArgs& a) override;
   void SetTraceLabel(std::string_view label) override {
@@ -559,6 +560,16 @@ void CudaBackend::AddBias(const float* x, const float* b, int64_t n_tok, int64_t
   if (!Expect(n_tok >= 0 && n >= 0, "AddBias: negative size") || n_tok == 0 || n == 0) return;
   if (!Begin("AddBias", {x, b, y})) return;
   Check(LaunchAddBias(x, b, n_tok, n, y, compute()), "AddBias launch");
+}
+
+void CudaBackend::ScaleRows(const float* x, const float* s, int64_t n_tok, int64_t n, RowScale f, float* y) {
+  if (!Expect(n_tok >= 0 && n >= 0, "ScaleRows: negative size") ||
+      !Expect(f == RowScale::kLinear || f == RowScale::kSigmoid, "ScaleRows: unknown scale ", static_cast<int>(f)) ||
+      n_tok == 0 || n == 0) {
+    return;
+  }
+  if (!Begin("ScaleRows", {x, s, y})) return;
+  Check(LaunchScaleRows(x, s, n_tok, n, f, y, compute()), "ScaleRows launch");
 }
 
 void CudaBackend::Glu(const float* g, const float* u, int64_t n, const GluParams& p, float* y) {

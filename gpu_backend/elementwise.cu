@@ -1,4 +1,4 @@
-// Elementwise ops: a bias added to every row, the gated activations (runtime/ops.h's GluParams) and a sum. Outputs
+// Elementwise ops: a bias added to every row, a factor per row, the gated activations (runtime/ops.h's GluParams) and a sum. Outputs
 // may alias inputs: each element is read before it is written, by the same thread.
 #include "gpu_backend/activation.cuh"
 #include "gpu_backend/cuda_common.cuh"
@@ -35,6 +35,15 @@ __global__ void AddKernel(const float* a, const float* b, int64_t n, float* y) {
   }
 }
 
+// x, y [n_tok][n]; s [n_tok]. The factor is recomputed per element: a row's n threads read the same s[t].
+__global__ void ScaleRowsKernel(const float* x, const float* s, int64_t total, int64_t n, RowScale f, float* y) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float v = s[i / n];
+    y[i] = x[i] * (f == RowScale::kSigmoid ? 1.0f / (1.0f + expf(-v)) : v);
+  }
+}
+
 }  // namespace
 
 cudaError_t LaunchAddBias(const float* x, const float* b, int64_t n_tok, int64_t n, float* y, cudaStream_t s) {
@@ -67,6 +76,14 @@ cudaError_t LaunchGlu(const float* g, const float* u, int64_t n, const GluParams
 cudaError_t LaunchAdd(const float* a, const float* b, int64_t n, float* y, cudaStream_t s) {
   if (n <= 0) return cudaSuccess;
   AddKernel<<<GridFor(n, kThreads), kThreads, 0, s>>>(a, b, n, y);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchScaleRows(const float* x, const float* sc, int64_t n_tok, int64_t n, RowScale f, float* y,
+                            cudaStream_t s) {
+  if (n_tok <= 0 || n <= 0) return cudaSuccess;
+  const int64_t total = n_tok * n;
+  ScaleRowsKernel<<<GridFor(total, kThreads), kThreads, 0, s>>>(x, sc, total, n, f, y);
   return cudaGetLastError();
 }
 

@@ -61,6 +61,9 @@ cudaError_t LaunchAddBias(const float* x, const float* b, int64_t n_tok, int64_t
 // y = act(g) * u, or act(g) when u is null (runtime/ops.h's GluParams; kSwigluOai needs u). y may alias g or u.
 cudaError_t LaunchGlu(const float* g, const float* u, int64_t n, const GluParams& p, float* y, cudaStream_t s);
 cudaError_t LaunchAdd(const float* a, const float* b, int64_t n, float* y, cudaStream_t s);
+// y[t][i] = x[t][i] * f(s[t]) over n_tok rows of n (runtime/ops.h's RowScale; y may alias x).
+cudaError_t LaunchScaleRows(const float* x, const float* s, int64_t n_tok, int64_t n, RowScale f, float* y,
+                            cudaStream_t stream);
 
 // ---- moe_route.cu: runtime/ops.h's MoeRouteParams into device arrays ids, weights [n_tok][k]. One warp per
 // token; n_expert <= kMoeMaxExperts; selection_bias a device pointer or null. ----

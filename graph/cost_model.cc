@@ -77,6 +77,9 @@ class CountingBackend final : public Backend {
   }
   void Glu(const float*, const float*, int64_t, const GluParams&, float*) override { Issue(Op::kGlu, DType::kF32); }
   void Add(const float*, const float*, int64_t, float*) override { Issue(Op::kAdd, DType::kF32); }
+  void ScaleRows(const float*, const float*, int64_t, int64_t, RowScale, float*) override {
+    Issue(Op::kScaleRows, DType::kF32);
+  }
   void MoeRoute(const float*, int64_t, const MoeRouteParams&, int32_t*, float*) override {
     Issue(Op::kMoeRoute, DType::kF32);
   }

@@ -13,6 +13,7 @@ std::string_view OpName(Op op) {
     case Op::kAttention: return "Attention";
     case Op::kGlu: return "Glu";
     case Op::kAdd: return "Add";
+    case Op::kScaleRows: return "ScaleRows";
     case Op::kMoeRoute: return "MoeRoute";
     case Op::kMoeExperts: return "MoeExperts";
   }

@@ -20,9 +20,10 @@ namespace tandem {
 
 // The compute ops, for Supports() and for counting (graph/cost_model.h).
 enum class Op {
-  kGetRows, kRmsNorm, kMatMul, kAddBias, kRope, kKvStore, kAttention, kGlu, kAdd, kMoeRoute, kMoeExperts
+  kGetRows, kRmsNorm, kMatMul, kAddBias, kRope, kKvStore, kAttention, kGlu, kAdd, kMoeRoute, kMoeExperts,
+  kScaleRows
 };
-inline constexpr int kNumOps = 11;
+inline constexpr int kNumOps = 12;
 std::string_view OpName(Op op);
 
 // Streams: compute runs on kCompute; weight prefetch and activation transfers on kCopy.
@@ -111,6 +112,8 @@ class Backend {
   virtual void Glu(const float* g, const float* u, int64_t n, const GluParams& p, float* y) = 0;
   // y = a + b over n values (y may alias a).
   virtual void Add(const float* a, const float* b, int64_t n, float* y) = 0;
+  // y[t][i] = x[t][i] * f(s[t]) over n_tok rows of n (runtime/ops.h's RowScale; y may alias x): a gate per token.
+  virtual void ScaleRows(const float* x, const float* s, int64_t n_tok, int64_t n, RowScale f, float* y) = 0;
   // logits [n_tok][n_expert] -> ids, weights [n_tok][k], all in this backend's memory: routing stays here.
   virtual void MoeRoute(const float* logits, int64_t n_tok, const MoeRouteParams& p, int32_t* ids,
                         float* weights) = 0;

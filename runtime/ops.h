@@ -70,6 +70,11 @@ struct GluParams {
   float limit = 7.0f;    // kSwigluOai
 };
 
+// ---- ScaleRows: one factor per row, f(s[t]) ----
+//   kLinear:  f(s) = s
+//   kSigmoid: f(s) = 1 / (1 + e^-s)   (Qwen2-MoE's shared-expert gate)
+enum class RowScale : int { kLinear = 0, kSigmoid = 1 };
+
 // ---- MoE routing: the k experts of each token and their weights ----
 //   kSoftmax:     probs = softmax(logits), weights = probs of the chosen (Mixtral, Qwen-MoE)
 //   kSigmoid:     probs = sigmoid(logits), weights = probs of the chosen (DeepSeek V3, GLM-4.5)

@@ -584,6 +584,15 @@ void SimBackend::AddBias(const float* x, const float* b, int64_t n_tok, int64_t 
   Compute("AddBias", static_cast<uint64_t>(n) * sizeof(float), [=] { cpu::AddBias(x, b, n_tok, n, y); });
 }
 
+void SimBackend::ScaleRows(const float* x, const float* s, int64_t n_tok, int64_t n, RowScale f, float* y) {
+  const size_t bytes = static_cast<size_t>(n_tok * n) * sizeof(float);
+  if (!CheckDevice(x, bytes, "ScaleRows", "x") || !CheckDevice(y, bytes, "ScaleRows", "y") ||
+      !CheckDevice(s, static_cast<size_t>(n_tok) * sizeof(float), "ScaleRows", "s")) {
+    return;
+  }
+  Compute("ScaleRows", 0, [=] { cpu::ScaleRows(x, s, n_tok, n, f, y); });
+}
+
 void SimBackend::Glu(const float* g, const float* u, int64_t n, const GluParams& p, float* y) {
   const size_t bytes = static_cast<size_t>(n) * sizeof(float);
   if (!CheckDevice(g, bytes, "Glu", "g") || (u != nullptr && !CheckDevice(u, bytes, "Glu", "u")) ||

@@ -92,6 +92,7 @@ class SimBackend final : public Backend {
                  float* out) override;
   void Glu(const float* g, const float* u, int64_t n, const GluParams& p, float* y) override;
   void Add(const float* a, const float* b, int64_t n, float* y) override;
+  void ScaleRows(const float* x, const float* s, int64_t n_tok, int64_t n, RowScale f, float* y) override;
   void MoeRoute(const float* logits, int64_t n_tok, const MoeRouteParams& p, int32_t* ids, float* weights) override;
   void MoeExperts(const MoeExpertsArgs& a) override;
 

@@ -154,5 +154,37 @@ TEST(AddBias, RowsPlusBiasInPlaceAndNot) {
   }
 }
 
+// ---------------------------------------------------------------- ScaleRows
+
+TEST(ScaleRows, EachRowTimesItsFactorOrItsSigmoid) {
+  for (auto [n_tok, n] : {std::pair<int64_t, int64_t>{1, 1}, {7, 33}, {300, 1000}}) {  // the last threads
+    const auto x = RandomNormal(static_cast<size_t>(n_tok * n), 43);
+    const auto s = RandomNormal(static_cast<size_t>(n_tok), 44, 4.0f);
+    for (RowScale f : {RowScale::kLinear, RowScale::kSigmoid}) {
+      std::vector<float> y(x.size());
+      Poison(y);
+      ScaleRows(x.data(), s.data(), n_tok, n, f, y.data());
+      for (int64_t t = 0; t < n_tok; ++t) {
+        // The sigmoid in double: the float kernel is within a few ulps of it.
+        const double g = f == RowScale::kSigmoid ? 1.0 / (1.0 + std::exp(-static_cast<double>(s[t]))) : s[t];
+        for (int64_t i = 0; i < n; ++i) {
+          const double want = x[t * n + i] * g;
+          ASSERT_NEAR(y[t * n + i], want, 4e-7 * std::abs(want) + 1e-30) << t << " " << i;
+        }
+      }
+      std::vector<float> in_place = x;
+      ScaleRows(in_place.data(), s.data(), n_tok, n, f, in_place.data());
+      EXPECT_EQ(std::memcmp(in_place.data(), y.data(), y.size() * sizeof(float)), 0);
+    }
+  }
+  // Hand values: sigmoid(0) = 1/2; far out the gate saturates to 0 and 1 without NaN.
+  const float x[3] = {2.0f, 2.0f, 2.0f}, s[3] = {0.0f, -200.0f, 200.0f};
+  float y[3];
+  ScaleRows(x, s, 3, 1, RowScale::kSigmoid, y);
+  EXPECT_EQ(y[0], 1.0f);
+  EXPECT_EQ(y[1], 0.0f);
+  EXPECT_EQ(y[2], 2.0f);
+}
+
 }  // namespace
 }  // namespace tandem::cpu

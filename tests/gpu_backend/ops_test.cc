@@ -285,6 +285,26 @@ TEST_F(GpuOpsTest, AddBiasMatchesCpu) {
   ASSERT_TRUE(Error().ok());
 }
 
+TEST_F(GpuOpsTest, ScaleRowsMatchesCpu) {
+  for (int64_t n_tok : {1, 7, 100}) {
+    for (int64_t n : {1, 1000, 4097}) {
+      SCOPED_TRACE(::testing::Message() << "n_tok " << n_tok << " n " << n);
+      const std::vector<float> x = test::RandomNormal(static_cast<size_t>(n_tok * n), 5);
+      const std::vector<float> s = test::RandomNormal(static_cast<size_t>(n_tok), 6, 4.0f);
+      for (RowScale f : {RowScale::kLinear, RowScale::kSigmoid}) {
+        std::vector<float> ref(x.size());
+        cpu::ScaleRows(x.data(), s.data(), n_tok, n, f, ref.data());
+        float* y = PoisonedFloats(x.size());
+        gpu().ScaleRows(Upload(x), Upload(s), n_tok, n, f, y);
+        // expf on the device and std::exp on the host may differ in the last bit.
+        EXPECT_LE(test::MaxAbsDiff(Download(y, x.size()), ref), 1e-6 * 8) << static_cast<int>(f);
+      }
+    }
+  }
+  gpu().ScaleRows(nullptr, nullptr, 0, 16, RowScale::kSigmoid, nullptr);  // nothing to do, not an error
+  ASSERT_TRUE(Error().ok());
+}
+
 TEST_F(GpuOpsTest, AddMatchesCpu) {
   const int64_t n = 100003;  // not a multiple of any block size
   const std::vector<float> a = test::RandomNormal(n, 1, 4.0f);

@@ -437,7 +437,13 @@ TEST(SimOps, GluAndAddBiasGiveTheKernelsBits) {
   cpu::AddBias(g.data(), u.data(), 10, 100, want.data());
   sim.AddBias(dg, du, 10, 100, dg);
   EXPECT_TRUE(SameBits(ToHost(sim, dg, n), want));
+  // 100 rows of 10, each times the sigmoid of its gate.
+  cpu::ScaleRows(want.data(), u.data(), 100, 10, RowScale::kSigmoid, want.data());
+  sim.ScaleRows(dg, du, 100, 10, RowScale::kSigmoid, dy);
+  EXPECT_TRUE(SameBits(ToHost(sim, dy, n), want));
   EXPECT_TRUE(sim.TakeError().ok());
+  sim.ScaleRows(g.data(), du, 100, 10, RowScale::kSigmoid, dy);  // host memory is not the device's
+  EXPECT_FALSE(sim.TakeError().ok());
 }
 
 }  // namespace
