@@ -13,7 +13,7 @@ struct ActLayout {
 ActLayout LayoutOf(const ModelConfig& c, int64_t t) {
   const int64_t q_dim = c.q_dim();
   const int64_t te = ExpertRows(c, t);
-  const int64_t ff = std::max(c.n_ff, c.n_ff_expert);
+  const int64_t ff = c.max_ff();
   const int64_t k = std::max(c.n_expert_used, 1);
   return ActLayout{
       .x = t * c.n_embd, .cur = t * std::max<int64_t>(c.n_embd, q_dim), .q = t * q_dim,

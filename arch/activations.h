@@ -16,8 +16,8 @@ struct Activations {
   float* k = nullptr;       // [max_tok][n_head_kv * head_dim]
   float* v = nullptr;       // [max_tok][n_head_kv * head_dim]
   float* att = nullptr;     // [max_tok][n_head * head_dim]
-  float* gate = nullptr;    // [expert_rows][max(n_ff, n_ff_expert)]
-  float* up = nullptr;      // [expert_rows][max(n_ff, n_ff_expert)]
+  float* gate = nullptr;    // [expert_rows][max_ff]
+  float* up = nullptr;      // [expert_rows][max_ff]
   float* router = nullptr;  // [max_tok][n_expert] router logits
   float* xe = nullptr;      // [expert_rows][n_embd] tokens gathered for the experts of one pass
   float* slots = nullptr;   // [n_expert_used][max_tok][n_embd] weighted expert outputs, slot-major

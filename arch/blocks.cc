@@ -13,7 +13,8 @@ AttentionOptions DecoderAttentionOptions(const ModelConfig& c, RopeMode mode, co
   return AttentionOptions{
       .norm_eps = c.rms_eps,
       .rope = {.n_head = c.n_head, .head_dim = c.head_dim, .n_rot = c.n_rot, .mode = mode,
-               .freq_base = c.rope_freq_base, .freq_scale = c.rope_freq_scale, .freq_factors = freq_factors},
+               .freq_base = c.rope_freq_base, .freq_scale = c.rope_freq_scale, .freq_factors = freq_factors,
+               .ext_factor = c.rope_ext_factor, .attn_factor = c.rope_attn_factor, .n_ctx_orig = c.rope_n_ctx_orig},
       .attn = {.n_head = c.n_head, .n_head_kv = c.n_head_kv, .head_dim = c.head_dim,
                .scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim))}};
 }
@@ -86,6 +87,7 @@ void GatedFfnBlock(Backend& be, const StepContext& s, int il, const FfnWeights& 
   s.Named(be, act.gate, n * n_ff, "ffn_swiglu", il);
   be.MatMul(*w.down, act.gate, n, act.cur);
   if (w.b_down != nullptr) be.AddBias(act.cur, w.b_down, n, n_embd, act.cur);
+  if (x == nullptr) return;
   s.Named(be, act.cur, n * n_embd, "ffn_out", il);
   be.Add(x, act.cur, n * n_embd, x);
 }
@@ -122,6 +124,23 @@ void MoeFfnBlock(Backend& be, const StepContext& s, int il, const MoeWeights& w,
   }
   for (int j = 1; j < k; ++j) be.Add(act.slots, act.slots + j * slot_elems, slot_elems, act.slots);
   s.Named(be, act.slots, slot_elems, "ffn_moe_out", il);
+  if (w.shared != nullptr) {
+    // The router's logits are spent, so its buffer takes the gate's; act.cur, the experts' input, is read by the
+    // gate, up and shared gate products before the shared expert's down product overwrites it.
+    const SharedExpertWeights& sh = *w.shared;
+    if (sh.gate_inp != nullptr) {
+      be.MatMul(*sh.gate_inp, act.cur, n, act.router);
+      s.Named(be, act.router, n, "ffn_shexp_gate_inp", il);
+    }
+    GatedFfnBlock(be, s, il, sh.ffn, o.act, n, /*x=*/nullptr, act);
+    s.Named(be, act.cur, slot_elems, "ffn_shexp", il);
+    if (sh.gate_inp != nullptr) {
+      be.ScaleRows(act.cur, act.router, n, c.n_embd, RowScale::kSigmoid, act.cur);
+      s.Named(be, act.cur, slot_elems, "ffn_shexp_out", il);
+    }
+    be.Add(act.slots, act.cur, slot_elems, act.slots);
+    s.Named(be, act.slots, slot_elems, "ffn_out", il);
+  }
   be.Add(x, act.slots, slot_elems, x);
 }
 
@@ -131,9 +150,15 @@ void SwigluFfnUnit(Backend& be, const StepContext& s, const UnitWeights& w, cons
   if (n == 0) return;
   float* x = FfnNormBlock(be, s, w.layer, w[slots.norm], s.cfg->rms_eps, act);
   if (s.cfg->is_moe()) {
+    SharedExpertWeights shared;
+    const bool has_shared = slots.shexp_gate >= 0;
+    if (has_shared) {
+      shared.ffn = {.gate = &w[slots.shexp_gate], .up = &w[slots.shexp_up], .down = &w[slots.shexp_down]};
+      if (slots.shexp_gate_inp >= 0) shared.gate_inp = &w[slots.shexp_gate_inp];
+    }
     MoeFfnBlock(be, s, w.layer,
                 {.router = &w[slots.router], .unit = &w, .gate_slot = slots.exp_gate, .up_slot = slots.exp_up,
-                 .down_slot = slots.exp_down},
+                 .down_slot = slots.exp_down, .shared = has_shared ? &shared : nullptr},
                 {.route = route}, n, x, act);
   } else {
     GatedFfnBlock(be, s, w.layer, {.gate = &w[slots.gate], .up = &w[slots.up], .down = &w[slots.down]}, GluParams{},

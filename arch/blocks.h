@@ -45,7 +45,7 @@ float* FfnNormBlock(Backend& be, const StepContext& s, int il, const WeightMatri
 // After the FFN: names the layer's output.
 void LayerOutBlock(Backend& be, const StepContext& s, int il, const float* x);
 
-// x += down(act(gate norm(x)) * up norm(x)), with norm(x) already in act.cur.
+// x += down(act(gate norm(x)) * up norm(x)), with norm(x) already in act.cur; x null: the output stays in act.cur.
 struct FfnWeights {
   const WeightMatrix* gate = nullptr;  // [n_embd -> n_ff]
   const WeightMatrix* up = nullptr;    // [n_embd -> n_ff]
@@ -56,6 +56,13 @@ struct FfnWeights {
 };
 void GatedFfnBlock(Backend& be, const StepContext& s, int il, const FfnWeights& w, const GluParams& act_params,
                    int64_t n, float* x, Activations& act);
+
+// The shared expert: a gated FFN of its own width whose output joins the routed experts' sum, scaled per token by
+// sigmoid(gate_inp . norm(x)) when gate_inp is given (Qwen2-MoE), unscaled when it is null (DeepSeek).
+struct SharedExpertWeights {
+  FfnWeights ffn;
+  const WeightMatrix* gate_inp = nullptr;  // [n_embd -> 1], F32
+};
 
 // x += sum over the token's top-k experts of weight * FFN_e(norm(x)), with norm(x) already in act.cur. The routing
 // stays on the backend; the weighted outputs land in the token's top-k slots, summed in slot order (descending
@@ -68,6 +75,8 @@ struct MoeWeights {
   int gate_slot = 0, up_slot = 0, down_slot = 0;
   // Per-expert biases: expert(slot, e) as a [1 x width] F32 row; -1 when the family has none.
   int gate_bias_slot = -1, up_bias_slot = -1, down_bias_slot = -1;
+  // A shared expert every token runs beside its routed ones, or null.
+  const SharedExpertWeights* shared = nullptr;
 };
 // Expert e's matrices in `unit`, as `w` numbers the slots.
 ExpertMatrices ExpertViews(const UnitWeights& unit, const MoeWeights& w, int e);
@@ -95,6 +104,8 @@ void MoeFfnBlock(Backend& be, const StepContext& s, int il, const MoeWeights& w,
 struct SwigluFfnSlots {
   int norm = 0, gate = 0, up = 0, down = 0;      // dense
   int router = 0, exp_gate = 0, exp_up = 0, exp_down = 0;  // MoE
+  int shexp_gate = -1, shexp_up = -1, shexp_down = -1;  // MoE with a shared expert; -1: none
+  int shexp_gate_inp = -1;                              // its sigmoid gate; -1: none
 };
 void SwigluFfnUnit(Backend& be, const StepContext& s, const UnitWeights& w, const SwigluFfnSlots& slots,
                    const MoeRouteParams& route, Activations& act);

@@ -1,5 +1,6 @@
 #include "arch/decoder.h"
 
+#include <cmath>
 #include <optional>
 #include <string>
 
@@ -16,6 +17,7 @@ const HParam kHParams[] = {
     {.key = "embedding_length", .int_field = &ModelConfig::n_embd, .required = true, .lo = 1, .hi = kMaxCount},
     {.key = "feed_forward_length", .int_field = &ModelConfig::n_ff, .required = true, .lo = 1, .hi = kMaxCount},
     {.key = "expert_feed_forward_length", .int_field = &ModelConfig::n_ff_expert, .lo = 1, .hi = kMaxCount},
+    {.key = "expert_shared_feed_forward_length", .int_field = &ModelConfig::n_ff_shexp, .lo = 1, .hi = kMaxCount},
     {.key = "attention.head_count", .int_field = &ModelConfig::n_head, .required = true, .lo = 1, .hi = kMaxCount},
     {.key = "attention.head_count_kv", .int_field = &ModelConfig::n_head_kv, .lo = 1, .hi = kMaxCount},
     {.key = "attention.key_length", .int_field = &ModelConfig::head_dim, .lo = 1, .hi = kMaxCount},
@@ -29,6 +31,44 @@ const HParam kHParams[] = {
     {.key = "expert_count", .int_field = &ModelConfig::n_expert, .lo = 0, .hi = 1 << 16},
     {.key = "expert_used_count", .int_field = &ModelConfig::n_expert_used, .lo = 0, .hi = 1 << 16},
 };
+
+// rope.scaling.type: "linear" (the default when a factor is given without a type, as llama.cpp reads it) divides
+// positions by rope.scaling.factor; "yarn" mixes interpolation and extrapolation per frequency; "none" ignores the
+// factor. Other kinds change RoPE in ways no golden checks yet, so they are refused rather than ignored.
+absl::Status ReadRopeScaling(const GgufFile& file, ModelConfig& c) {
+  auto key = [&](std::string_view k) { return Cat(c.arch, ".", k); };
+  TANDEM_ASSIGN_OR_RETURN(const std::string* type, StringKey(file, key("rope.scaling.type")));
+  const std::string kind = type != nullptr ? *type : "linear";
+  if (kind == "none") {
+    c.rope_freq_scale = 1.0f;
+    return absl::OkStatus();
+  }
+  if (kind != "linear" && kind != "yarn") {
+    return Unimplemented("key '", key("rope.scaling.type"), "': RoPE scaling '", kind, "' is not supported");
+  }
+  TANDEM_ASSIGN_OR_RETURN(std::optional<double> factor, FloatKey(file, key("rope.scaling.factor"), 0.0, 1e6));
+  if (factor) c.rope_freq_scale = static_cast<float>(1.0 / *factor);
+  if (kind == "linear") return absl::OkStatus();
+
+  const GgufValue* orig = file.Find(key("rope.scaling.original_context_length"));
+  c.rope_n_ctx_orig = c.n_ctx_train;
+  if (orig != nullptr) {
+    const std::optional<int64_t> n = orig->AsInt();
+    if (!n || *n < 1 || *n > kMaxContext) {
+      return InvalidArgument("key '", key("rope.scaling.original_context_length"), "' must be an integer in [1, ",
+                             kMaxContext, "]");
+    }
+    c.rope_n_ctx_orig = static_cast<int>(*n);
+  }
+  TANDEM_ASSIGN_OR_RETURN(std::optional<double> attn, FloatKey(file, key("rope.scaling.attn_factor"), 0.0, 1e6));
+  // The kernels scale by attn_factor * (1 + 0.1 ln f); llama.cpp's magnitude is (1 + 0.1 ln f) for f > 1 (and 1
+  // below), so it passes the ratio, times the file's attention factor.
+  const float f = 1.0f / c.rope_freq_scale;
+  const float mscale = f <= 1.0f ? 1.0f : 0.1f * std::log(f) + 1.0f;
+  c.rope_ext_factor = 1.0f;
+  c.rope_attn_factor = mscale / (1.0f + 0.1f * std::log(f)) * static_cast<float>(attn.value_or(1.0));
+  return absl::OkStatus();
+}
 
 }  // namespace
 
@@ -58,17 +98,7 @@ absl::Status FinishDecoderHParams(const GgufFile& file, ModelConfig& c) {
                            c.head_dim);
   }
   if (c.n_ff_expert == 0) c.n_ff_expert = c.n_ff;
-  // Newer files spell linear scaling rope.scaling.type = "linear" + rope.scaling.factor. Other kinds change RoPE in
-  // ways no golden checks yet, so they are refused rather than ignored.
-  TANDEM_ASSIGN_OR_RETURN(const std::string* type, StringKey(file, key("rope.scaling.type")));
-  if (type != nullptr) {
-    if (*type == "linear") {
-      TANDEM_ASSIGN_OR_RETURN(std::optional<double> factor, FloatKey(file, key("rope.scaling.factor"), 0.0, 1e6));
-      if (factor) c.rope_freq_scale = static_cast<float>(1.0 / *factor);
-    } else if (*type != "none") {
-      return Unimplemented("key '", key("rope.scaling.type"), "': RoPE scaling '", *type, "' is not supported");
-    }
-  }
+  TANDEM_RETURN_IF_ERROR(ReadRopeScaling(file, c));
   if (c.n_expert > 0 && (c.n_expert_used < 1 || c.n_expert_used > c.n_expert)) {
     return InvalidArgument("key '", key("expert_used_count"), "': ", c.n_expert_used, " must be in [1, expert_count ",
                            c.n_expert, "]");

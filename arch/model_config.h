@@ -3,6 +3,7 @@
 // rest keep the defaults that mean "not used".
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -18,6 +19,7 @@ struct ModelConfig {
   int n_embd = 0;              // {arch}.embedding_length
   int n_ff = 0;                // {arch}.feed_forward_length: the dense FFN's width
   int n_ff_expert = 0;         // {arch}.expert_feed_forward_length: one expert's width (n_ff when absent)
+  int n_ff_shexp = 0;          // {arch}.expert_shared_feed_forward_length: the shared expert's width, 0 without one
   int n_head = 0;              // {arch}.attention.head_count
   int n_head_kv = 0;           // {arch}.attention.head_count_kv (defaults to n_head)
   int head_dim = 0;            // {arch}.attention.key_length (defaults to n_embd / n_head)
@@ -28,7 +30,12 @@ struct ModelConfig {
   int n_expert_used = 0;       // {arch}.expert_used_count
   float rms_eps = 1e-5f;       // {arch}.attention.layer_norm_rms_epsilon
   float rope_freq_base = 10000.0f;  // {arch}.rope.freq_base (default 10000)
-  float rope_freq_scale = 1.0f;     // 1 / the linear scaling factor (default 1)
+  float rope_freq_scale = 1.0f;     // 1 / the linear or YaRN scaling factor (default 1)
+  // YaRN ({arch}.rope.scaling.type = "yarn"), as llama.cpp applies it: ext_factor 1, the magnitude correction
+  // folded so that attn_factor * (1 + 0.1 ln factor) is what rotates, and the original context of the ramps.
+  float rope_ext_factor = 0.0f;     // 0: no YaRN
+  float rope_attn_factor = 1.0f;
+  int rope_n_ctx_orig = 0;          // {arch}.rope.scaling.original_context_length (n_ctx_train when absent)
   bool tied_output = false;    // no output matrix: the head reuses the token embeddings
   bool legacy_experts = false;  // experts stored one tensor per expert (older Mixtral files)
   int bos_id = -1, eos_id = -1;  // from tokenizer.ggml.*, -1 when absent
@@ -36,6 +43,8 @@ struct ModelConfig {
   bool is_moe() const { return n_expert > 0; }
   int64_t q_dim() const { return static_cast<int64_t>(n_head) * head_dim; }
   int64_t n_embd_kv() const { return static_cast<int64_t>(n_head_kv) * head_dim; }
+  // The widest FFN of any kind (dense, one expert, the shared expert): the gate and up buffers' width.
+  int64_t max_ff() const { return std::max({n_ff, n_ff_expert, n_ff_shexp}); }
 };
 
 // Finds the file's architecture module, reads its hyper-parameters and checks every tensor against the module's

@@ -1,7 +1,9 @@
 // The Qwen family: Qwen2/2.5 ("qwen2": biases on q, k and v), Qwen3 ("qwen3": an RMSNorm on each query and key
-// head instead) and Qwen3-MoE ("qwen3moe": Qwen3's attention, a softmax top-k router over SwiGLU experts whose
-// weights are renormalised over the chosen k, and no shared expert). All rotate in NEOX mode (pairs i and
-// i + n_rot/2) where Llama pairs neighbours, and may tie the output head to the token embeddings.
+// head instead), Qwen3-MoE ("qwen3moe": Qwen3's attention, a softmax top-k router over SwiGLU experts whose
+// weights are renormalised over the chosen k, and no shared expert) and Qwen1.5/Qwen2-MoE ("qwen2moe": Qwen2's
+// attention, softmax top-k weights as they are, and a shared expert whose output a per-token sigmoid gate scales).
+// All rotate in NEOX mode (pairs i and i + n_rot/2) where Llama pairs neighbours, and may tie the output head to
+// the token embeddings.
 #include <string>
 #include <vector>
 
@@ -18,12 +20,19 @@ namespace tn = tensor_names;
 
 enum EmbdSlot { kTokenEmbdSlot };
 enum AttnSlot { kAttnNormSlot, kWqSlot, kWkSlot, kWvSlot, kWoSlot, kBqSlot, kBkSlot, kBvSlot, kQNormSlot, kKNormSlot };
-enum FfnSlot { kFfnNormSlot, kGateSlot, kUpSlot, kDownSlot, kRouterSlot };
+enum FfnSlot {
+  kFfnNormSlot, kGateSlot, kUpSlot, kDownSlot, kRouterSlot,
+  kShexpGateInpSlot, kShexpGateSlot, kShexpUpSlot, kShexpDownSlot
+};
 enum ExpertSlot { kExpGateSlot, kExpUpSlot, kExpDownSlot };
 enum OutputSlot { kOutputNormSlot, kOutputSlot };
 constexpr SwigluFfnSlots kFfnSlots{.norm = kFfnNormSlot, .gate = kGateSlot, .up = kUpSlot, .down = kDownSlot,
                                    .router = kRouterSlot, .exp_gate = kExpGateSlot, .exp_up = kExpUpSlot,
                                    .exp_down = kExpDownSlot};
+constexpr SwigluFfnSlots kSharedExpertFfnSlots{
+    .norm = kFfnNormSlot, .router = kRouterSlot, .exp_gate = kExpGateSlot, .exp_up = kExpUpSlot,
+    .exp_down = kExpDownSlot, .shexp_gate = kShexpGateSlot, .shexp_up = kShexpUpSlot, .shexp_down = kShexpDownSlot,
+    .shexp_gate_inp = kShexpGateInpSlot};
 
 struct Variant {
   std::string_view name;    // general.architecture
@@ -31,6 +40,8 @@ struct Variant {
   bool qkv_bias = false;  // Qwen2: q, k and v add a bias
   bool qk_norm = false;   // Qwen3: q and k heads are RMS-normed before RoPE
   bool moe = false;       // the FFN is a router over experts
+  bool shared_expert = false;  // Qwen2-MoE: beside them, a shared expert behind a sigmoid gate
+  bool normalize_topk = false;  // the chosen k weights are renormalised to sum to 1 (Qwen3-MoE)
 };
 
 std::vector<TensorEntry> SchemaOf(const Variant& v) {
@@ -70,7 +81,19 @@ std::vector<TensorEntry> SchemaOf(const Variant& v) {
                  .shape = {Dim::kEmbd, Dim::kFfExpert, Dim::kExpert}, .n_dims = 3, .stack = true});
     s.push_back({.name = tn::kFfnDownExps, .unit = UnitKind::kFfn, .slot = kExpDownSlot,
                  .shape = {Dim::kFfExpert, Dim::kEmbd, Dim::kExpert}, .n_dims = 3, .stack = true});
-  } else {
+  }
+  if (v.shared_expert) {
+    // The converter writes the gate as [n_embd, 1] and keeps it F32; a one-dimensional [n_embd] matches too.
+    s.push_back({.name = tn::kFfnGateInpShexp, .unit = UnitKind::kFfn, .slot = kShexpGateInpSlot,
+                 .role = TensorRole::kRouter, .shape = {Dim::kEmbd, Dim::kOne}, .n_dims = 2});
+    s.push_back({.name = tn::kFfnGateShexp, .unit = UnitKind::kFfn, .slot = kShexpGateSlot,
+                 .shape = {Dim::kEmbd, Dim::kFfShexp}, .n_dims = 2});
+    s.push_back({.name = tn::kFfnUpShexp, .unit = UnitKind::kFfn, .slot = kShexpUpSlot,
+                 .shape = {Dim::kEmbd, Dim::kFfShexp}, .n_dims = 2});
+    s.push_back({.name = tn::kFfnDownShexp, .unit = UnitKind::kFfn, .slot = kShexpDownSlot,
+                 .shape = {Dim::kFfShexp, Dim::kEmbd}, .n_dims = 2});
+  }
+  if (!v.moe) {
     s.push_back({.name = tn::kFfnGate, .unit = UnitKind::kFfn, .slot = kGateSlot, .shape = {Dim::kEmbd, Dim::kFf},
                  .n_dims = 2});
     s.push_back({.name = tn::kFfnUp, .unit = UnitKind::kFfn, .slot = kUpSlot, .shape = {Dim::kEmbd, Dim::kFf},
@@ -100,6 +123,9 @@ class Qwen final : public Architecture {
       return InvalidArgument("key '", c.arch, ".expert_count': ", c.n_expert, v_.moe ? ": a '" : " in a dense '",
                              v_.name, v_.moe ? "' model needs experts" : "' model");
     }
+    // As llama.cpp: a shared expert as wide as the dense FFN unless the file says otherwise.
+    if (v_.shared_expert && c.n_ff_shexp == 0) c.n_ff_shexp = c.n_ff;
+    if (!v_.shared_expert) c.n_ff_shexp = 0;
     return absl::OkStatus();
   }
 
@@ -116,11 +142,12 @@ class Qwen final : public Architecture {
                    DecoderAttentionOptions(*s.cfg, RopeMode::kNeox), kv, act);
   }
 
-  // Qwen3-MoE's router: softmax, the top k renormalised (norm_topk_prob), as Mixtral's.
+  // The routers are softmax; Qwen3-MoE renormalises the top k (norm_topk_prob), as Mixtral does, Qwen2-MoE not.
   void Ffn(Backend& be, const StepContext& s, const UnitWeights& w, Activations& act) const override {
     const ModelConfig& c = *s.cfg;
-    SwigluFfnUnit(be, s, w, kFfnSlots,
-                  {.n_expert = c.n_expert, .k = c.n_expert_used, .gating = MoeGating::kSoftmax, .normalize = true},
+    SwigluFfnUnit(be, s, w, v_.shared_expert ? kSharedExpertFfnSlots : kFfnSlots,
+                  {.n_expert = c.n_expert, .k = c.n_expert_used, .gating = MoeGating::kSoftmax,
+                   .normalize = v_.normalize_topk},
                   act);
   }
 
@@ -145,8 +172,14 @@ const Architecture& Qwen3Architecture() {
   return kQwen3;
 }
 const Architecture& Qwen3MoeArchitecture() {
-  static const Qwen kQwen3Moe({.name = "qwen3moe", .family = "Qwen3-MoE", .qk_norm = true, .moe = true});
+  static const Qwen kQwen3Moe(
+      {.name = "qwen3moe", .family = "Qwen3-MoE", .qk_norm = true, .moe = true, .normalize_topk = true});
   return kQwen3Moe;
+}
+const Architecture& Qwen2MoeArchitecture() {
+  static const Qwen kQwen2Moe({.name = "qwen2moe", .family = "Qwen1.5-MoE, Qwen2-MoE", .qkv_bias = true,
+                               .moe = true, .shared_expert = true});
+  return kQwen2Moe;
 }
 
 }  // namespace tandem

@@ -75,6 +75,7 @@ std::string_view DimName(Dim d) {
     case Dim::kEmbd: return "n_embd";
     case Dim::kFf: return "n_ff";
     case Dim::kFfExpert: return "n_ff_expert";
+    case Dim::kFfShexp: return "n_ff_shexp";
     case Dim::kVocab: return "n_vocab";
     case Dim::kQ: return "n_head*head_dim";
     case Dim::kKv: return "n_head_kv*head_dim";
@@ -91,6 +92,7 @@ int64_t DimValue(Dim d, const ModelConfig& c) {
     case Dim::kEmbd: return c.n_embd;
     case Dim::kFf: return c.n_ff;
     case Dim::kFfExpert: return c.n_ff_expert;
+    case Dim::kFfShexp: return c.n_ff_shexp;
     case Dim::kVocab: return c.n_vocab;
     case Dim::kQ: return c.q_dim();
     case Dim::kKv: return c.n_embd_kv();

@@ -31,6 +31,7 @@ enum class Dim : uint8_t {
   kEmbd,      // n_embd
   kFf,        // n_ff
   kFfExpert,  // n_ff_expert
+  kFfShexp,   // n_ff_shexp: the shared expert's width
   kVocab,     // n_vocab, taken from the first tensor that has it
   kQ,         // n_head * head_dim
   kKv,        // n_head_kv * head_dim

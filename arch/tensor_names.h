@@ -31,6 +31,11 @@ inline constexpr std::string_view kFfnGateInp = "blk.{L}.ffn_gate_inp.weight";  
 inline constexpr std::string_view kFfnGateExps = "blk.{L}.ffn_gate_exps.weight";
 inline constexpr std::string_view kFfnUpExps = "blk.{L}.ffn_up_exps.weight";
 inline constexpr std::string_view kFfnDownExps = "blk.{L}.ffn_down_exps.weight";
+// A shared expert every token runs (Qwen2-MoE, DeepSeek), and its sigmoid gate (Qwen2-MoE).
+inline constexpr std::string_view kFfnGateInpShexp = "blk.{L}.ffn_gate_inp_shexp.weight";
+inline constexpr std::string_view kFfnGateShexp = "blk.{L}.ffn_gate_shexp.weight";
+inline constexpr std::string_view kFfnUpShexp = "blk.{L}.ffn_up_shexp.weight";
+inline constexpr std::string_view kFfnDownShexp = "blk.{L}.ffn_down_shexp.weight";
 // Older files keep each expert's matrix as a tensor of its own.
 inline constexpr std::string_view kFfnGateExpert = "blk.{L}.ffn_gate.{E}.weight";
 inline constexpr std::string_view kFfnUpExpert = "blk.{L}.ffn_up.{E}.weight";

@@ -193,7 +193,7 @@ void Executor::Impl::ReleaseHostPages(const Unit& u, const UnitWeights& kept) {
 absl::Status Executor::Impl::AllocateState() {
   const ModelConfig& cfg = model.cfg;
   const int64_t max_tok = opts.max_batch;
-  const int64_t ff = std::max(cfg.n_ff, cfg.n_ff_expert);
+  const int64_t ff = cfg.max_ff();
   const WorkspaceSpec ws{.max_tokens = max_tok,
                          .expert_rows = ExpertRows(cfg, max_tok),
                          .max_cols = std::max<int64_t>({cfg.n_embd, ff, cfg.q_dim()}),

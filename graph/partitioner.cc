@@ -438,7 +438,7 @@ uint64_t ActivationBytesEstimate(const ModelConfig& c, int64_t max_tokens) {
 uint64_t GpuWorkspaceEstimate(const ModelConfig& c, int64_t max_tokens, int64_t n_ctx, int n_threads,
                               uint64_t library_bytes) {
   const uint64_t t = static_cast<uint64_t>(std::max<int64_t>(max_tokens, 1));
-  const uint64_t max_cols = static_cast<uint64_t>(std::max({c.n_embd, c.n_ff, c.n_ff_expert, c.n_head * c.head_dim}));
+  const uint64_t max_cols = static_cast<uint64_t>(std::max<int64_t>({c.n_embd, c.max_ff(), c.q_dim()}));
   const uint64_t score_rows = static_cast<uint64_t>(std::max(kAttentionQueryTile * c.n_head, n_threads));
   const uint64_t scores = score_rows * static_cast<uint64_t>(std::max<int64_t>(n_ctx, 1)) * sizeof(float);
   // MoeExperts groups each batch's (token, expert) pairs in device memory.

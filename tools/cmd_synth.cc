@@ -18,10 +18,12 @@ namespace {
 
 constexpr const char* kSynthUsage = R"(usage: tandem synth --arch SHAPE [--layers N] [--embd D] [--ff F] [--expert-ff F] [--heads H]
                     [--kv-heads K] [--head-dim D] [--experts E] [--experts-used U] [--vocab V] [--vocab-file F]
-                    [--seed S] [--router-skew S] [--zeros] [--llama3-rope] --type TYPE -o FILE
+                    [--shared-ff F] [--seed S] [--router-skew S] [--zeros] [--llama3-rope]
+                    [--yarn FACTOR[:ORIG_CTX]] --type TYPE -o FILE
 SHAPE is a family's default or a named real shape (--shape is the same flag):
   mixtral  = mixtral-8x7b     llama    = llama-2-7b       llama3   = llama-3.1-8b    (also llama-3.1-70b,
-  qwen2    = qwen2.5-7b       qwen3    = qwen3-8b         qwen3moe = qwen3-30b-a3b   llama-3.2-1b, qwen3-235b-a22b)
+  qwen2    = qwen2.5-7b       qwen3    = qwen3-8b         qwen3moe = qwen3-30b-a3b   llama-3.2-1b, qwen3-235b-a22b,
+  qwen2moe = qwen1.5-moe-a2.7b                                                    qwen2-57b-a14b)
 The other flags override the shape. Llama 3 and Qwen shapes write their family's real vocabulary (built by
 tools/make_vocab_gguf.py into the build's vocab/ folder; --vocab-file or TANDEM_VOCAB_DIR point elsewhere), so a
 synthetic file tokenizes as the real model does; the others a SentencePiece filler vocab of --vocab pieces.
@@ -33,6 +35,8 @@ have hot experts as real ones do; 0, the default, routes every expert alike.
 --zeros leaves every weight zero, as holes in a sparse file: instant and free on disk, for `tandem plan`.
 --llama3-rope writes rope_freqs.weight, Llama 3.1's RoPE scaling (factor 8, low 1, high 4, original context 8192)
 as llama.cpp's converter writes it (the Llama 3 shapes have it already).
+--yarn FACTOR[:ORIG_CTX] writes YaRN RoPE scaling (rope.scaling.type yarn, its factor and original context).
+--shared-ff F sets the width of a shared expert (qwen2moe; the default is the shape's).
 )";
 
 std::string ShapeNames() {
@@ -92,6 +96,18 @@ int CmdSynth(std::span<const std::string> argv) {
       ok = as_int(1, 1 << 22, &o.n_ff);
     } else if (flag == "--expert-ff") {
       ok = as_int(1, 1 << 22, &o.n_ff_expert);
+    } else if (flag == "--shared-ff") {
+      ok = as_int(1, 1 << 22, &o.n_ff_shexp);
+    } else if (flag == "--yarn") {
+      const size_t colon = v->find(':');
+      double factor = 0;
+      int64_t orig = 0;
+      ok = absl::SimpleAtod(v->substr(0, colon), &factor) && factor > 0 && factor <= 1e4 &&
+           (colon == std::string::npos || (absl::SimpleAtoi(v->substr(colon + 1), &orig) && orig >= 1 &&
+                                           orig <= (int64_t{1} << 24)));
+      if (!ok) return Fail(Cat("--yarn must be FACTOR (0 to 10000] or FACTOR:ORIG_CTX, got '", *v, "'"));
+      o.yarn_factor = static_cast<float>(factor);
+      o.yarn_orig_ctx = static_cast<int>(orig);
     } else if (flag == "--heads") {
       ok = as_int(1, 4096, &o.n_head);
     } else if (flag == "--kv-heads") {

@@ -20,6 +20,9 @@ declare -A FLAGS=(
   [synth-qwen2-Q4_K_M]="--arch qwen2 --layers 2 --embd 256 --ff 512 --heads 4 --kv-heads 2 --head-dim 64 --type Q4_K_M"
   [synth-qwen3-Q4_K_M]="--arch qwen3 --layers 2 --embd 256 --ff 512 --heads 4 --kv-heads 2 --head-dim 64 --type Q4_K_M"
   [synth-qwen3moe-Q4_K_M]="--arch qwen3moe --layers 2 --embd 256 --ff 512 --expert-ff 256 --heads 4 --kv-heads 2 --head-dim 64 --type Q4_K_M"
+  [synth-qwen2moe]="--arch qwen2moe --layers 2 --embd 64 --ff 128 --expert-ff 32 --shared-ff 96 --heads 4 --kv-heads 2 --head-dim 16 --type F32"
+  [synth-qwen2moe-Q4_K_M]="--arch qwen2moe --layers 2 --embd 256 --ff 512 --expert-ff 256 --shared-ff 512 --heads 4 --kv-heads 2 --head-dim 64 --type Q4_K_M"
+  [synth-qwen2-yarn]="--arch qwen2 --layers 2 --embd 64 --ff 128 --heads 4 --kv-heads 2 --head-dim 16 --yarn 8:4096 --type F32"
 )
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=("${!FLAGS[@]}")

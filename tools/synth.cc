@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <functional>
@@ -191,6 +192,16 @@ const SynthShape kShapes[] = {
      {.shape = "qwen3-30b-a3b", .arch = "qwen3moe", .n_layer = 48, .n_embd = 2048, .n_ff = 6144, .n_ff_expert = 768,
       .n_head = 32, .n_head_kv = 4, .head_dim = 128, .n_expert = 128, .n_expert_used = 8, .n_vocab = 151936,
       .n_ctx = 40960, .rope_freq_base = 1e6f, .rms_eps = 1e-6f, .vocab = "qwen3"}},
+    {"qwen1.5-moe-a2.7b", "qwen2moe",
+     {.shape = "qwen1.5-moe-a2.7b", .arch = "qwen2moe", .n_layer = 24, .n_embd = 2048, .n_ff = 5632,
+      .n_ff_expert = 1408, .n_ff_shexp = 5632, .n_head = 16, .n_head_kv = 16, .n_expert = 60, .n_expert_used = 4,
+      .n_vocab = 151936, .n_ctx = 8192, .rope_freq_base = 1e6f, .rms_eps = 1e-6f, .vocab = "qwen3",
+      .vocab_keep = 151646}},
+    {"qwen2-57b-a14b", "",
+     {.shape = "qwen2-57b-a14b", .arch = "qwen2moe", .n_layer = 28, .n_embd = 3584, .n_ff = 18944,
+      .n_ff_expert = 2560, .n_ff_shexp = 20480, .n_head = 28, .n_head_kv = 4, .n_expert = 64, .n_expert_used = 8,
+      .n_vocab = 151936, .n_ctx = 32768, .rope_freq_base = 1e6f, .rms_eps = 1e-6f, .vocab = "qwen3",
+      .vocab_keep = 151646}},
     {"qwen3-235b-a22b", "",
      {.shape = "qwen3-235b-a22b", .arch = "qwen3moe", .n_layer = 94, .n_embd = 4096, .n_ff = 12288,
       .n_ff_expert = 1536, .n_head = 64, .n_head_kv = 4, .head_dim = 128, .n_expert = 128, .n_expert_used = 8,
@@ -227,9 +238,14 @@ absl::StatusOr<SynthWritten> WriteSyntheticModel(const SynthOptions& o) {
   // A mix picks each matrix's type and falls back where a block does not divide a row, as llama.cpp does.
   const int64_t block = o.mix ? 1 : Traits(o.type).block_elems;
   const int n_ff_expert = moe ? (o.n_ff_expert > 0 ? o.n_ff_expert : o.n_ff) : 0;
-  if (o.n_embd % block != 0 || o.n_ff % block != 0 || n_ff_expert % block != 0 ||
+  const bool shared_expert = std::any_of(family->schema().begin(), family->schema().end(), [](const TensorEntry& e) {
+    return std::find(e.shape.begin(), e.shape.end(), Dim::kFfShexp) != e.shape.end();
+  });
+  const int n_ff_shexp = shared_expert ? (o.n_ff_shexp > 0 ? o.n_ff_shexp : o.n_ff) : 0;
+  if (o.n_embd % block != 0 || o.n_ff % block != 0 || n_ff_expert % block != 0 || n_ff_shexp % block != 0 ||
       (static_cast<int64_t>(o.n_head) * head_dim) % block != 0) {
-    return InvalidArgument("synth: --embd, --ff, --expert-ff and heads * head_dim must be multiples of ", block,
+    return InvalidArgument("synth: --embd, --ff, --expert-ff, --shared-ff and heads * head_dim must be multiples of ",
+                           block,
                            " for ", DTypeName(o.type));
   }
 
@@ -241,6 +257,7 @@ absl::StatusOr<SynthWritten> WriteSyntheticModel(const SynthOptions& o) {
   c.n_embd = o.n_embd;
   c.n_ff = o.n_ff;
   c.n_ff_expert = n_ff_expert;
+  c.n_ff_shexp = n_ff_shexp;
   c.n_head = o.n_head;
   c.n_head_kv = o.n_head_kv;
   c.head_dim = head_dim;
@@ -266,6 +283,13 @@ absl::StatusOr<SynthWritten> WriteSyntheticModel(const SynthOptions& o) {
     const std::string key = Cat(c.arch, ".", p.key);
     kv.push_back({key, p.int_field != nullptr ? GgufU32(static_cast<uint32_t>(v)) : GgufF32(static_cast<float>(v))});
   }
+  if (o.yarn_factor > 0) {
+    kv.push_back({Cat(c.arch, ".rope.scaling.type"), GgufStr("yarn")});
+    kv.push_back({Cat(c.arch, ".rope.scaling.factor"), GgufF32(o.yarn_factor)});
+    if (o.yarn_orig_ctx > 0) {
+      kv.push_back({Cat(c.arch, ".rope.scaling.original_context_length"), GgufU32(o.yarn_orig_ctx)});
+    }
+  }
   // Values as wide as keys: llama.cpp reads their width apart and defaults it to n_embd / n_head.
   kv.push_back({Cat(c.arch, ".attention.value_length"), GgufU32(static_cast<uint32_t>(c.head_dim))});
   kv.push_back({Cat(c.arch, ".vocab_size"), GgufU32(o.n_vocab)});
@@ -290,9 +314,12 @@ absl::StatusOr<SynthWritten> WriteSyntheticModel(const SynthOptions& o) {
                  .type = e.role == TensorRole::kMatrix ? o.type : DType::kF32, .role = e.role};
     for (int d = 0; d < e.n_dims; ++d) t.ne[d] = DimValue(e.shape[d], c);
     if (o.mix && e.role == TensorRole::kMatrix) {
+      // As ggml counts them: trailing dimensions of 1 do not count ([n_embd, 1] is a vector to the quantizer).
+      int n_dims = e.n_dims;
+      while (n_dims > 1 && t.ne[n_dims - 1] == 1) --n_dims;
       t.type = QuantMixType(*o.mix, {.name = t.name, .layer = layer, .n_layer = c.n_layer, .n_expert = c.n_expert,
                                      .n_head = c.n_head, .n_head_kv = c.n_head_kv, .row_elems = t.ne[0],
-                                     .n_dims = e.n_dims, .arch = c.arch, .tied_output = o.tied_output});
+                                     .n_dims = n_dims, .arch = c.arch, .tied_output = o.tied_output});
     }
     specs.push_back(std::move(t));
   };

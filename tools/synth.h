@@ -21,6 +21,7 @@ struct SynthOptions {
   int n_embd = 4096;
   int n_ff = 14336;          // the dense FFN's width
   int n_ff_expert = 0;       // one expert's width; 0: --ff's (Mixtral's experts are its FFN), or dense
+  int n_ff_shexp = 0;        // the shared expert's width (families that have one); 0: --ff's
   int n_head = 32;
   int n_head_kv = 8;
   int head_dim = 0;          // 0 = n_embd / n_head
@@ -31,6 +32,8 @@ struct SynthOptions {
   float rope_freq_base = 1e6f;
   float rms_eps = 1e-5f;
   float llama3_rope_factor = 0;  // > 0: rope_freqs.weight with Llama 3's frequency factors for this factor
+  float yarn_factor = 0;         // > 0: rope.scaling.type "yarn" with this factor
+  int yarn_orig_ctx = 0;         // YaRN's rope.scaling.original_context_length; 0: not written (n_ctx_train)
   bool tied_output = false;      // no output.weight: the head reuses the token embeddings
   // The real vocabulary written into the file ("llama3", "qwen3": a vocab-only GGUF that tools/make_vocab_gguf.py
   // builds), or "" for a SentencePiece filler vocab of n_vocab pieces. Ids from vocab_keep on become padding.

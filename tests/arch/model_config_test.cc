@@ -144,6 +144,37 @@ TEST(ModelConfig, TinyVariantsLoad) {
     c = LoadTiny(m);
     ASSERT_TRUE(c.ok()) << c.status();
     EXPECT_EQ(c->rope_freq_scale, 1.0f);
+    EXPECT_EQ(c->rope_ext_factor, 0.0f);
+    // No type: a factor is linear scaling, as llama.cpp reads it.
+    m.EraseKey("llama.rope.scaling.type");
+    c = LoadTiny(m);
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(c->rope_freq_scale, 0.125f);
+    EXPECT_EQ(c->rope_ext_factor, 0.0f);
+  }
+  {  // YaRN: the factor, full extrapolation mix, and the original context (n_ctx_train when absent)
+    TinyModel m = MakeTinyModel();
+    m.SetKey("llama.rope.scaling.type", GgufStr("yarn"));
+    m.SetKey("llama.rope.scaling.factor", GgufF32(32.0f));
+    absl::StatusOr<ModelConfig> c = LoadTiny(m);
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(c->rope_freq_scale, 1.0f / 32);
+    EXPECT_EQ(c->rope_ext_factor, 1.0f);
+    EXPECT_EQ(c->rope_n_ctx_orig, c->n_ctx_train);
+    // llama.cpp's magnitude for a factor above 1 is 1 + 0.1 ln 32, which the kernel's own correction already is.
+    EXPECT_NEAR(c->rope_attn_factor, 1.0f, 1e-6f);
+    m.SetKey("llama.rope.scaling.original_context_length", GgufU32(4096));
+    m.SetKey("llama.rope.scaling.attn_factor", GgufF32(0.5f));
+    c = LoadTiny(m);
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(c->rope_n_ctx_orig, 4096);
+    EXPECT_NEAR(c->rope_attn_factor, 0.5f, 1e-6f);
+    // A factor below 1 keeps magnitude 1: the ratio cancels the kernel's correction.
+    m.SetKey("llama.rope.scaling.factor", GgufF32(0.5f));
+    m.EraseKey("llama.rope.scaling.attn_factor");
+    c = LoadTiny(m);
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_NEAR(c->rope_attn_factor * (1.0f + 0.1f * std::log(0.5f)), 1.0f, 1e-6f);
   }
   for (bool legacy : {false, true}) {
     TinySpec s;
@@ -214,8 +245,20 @@ TEST(ModelConfig, BrokenModelsAreRejectedWithTheKeyOrTensorNamed) {
        "llama.rope.dimension_count"},
       {"eps_zero", [](TinyModel& m) { m.SetKey("llama.attention.layer_norm_rms_epsilon", GgufF32(0.0f)); },
        "layer_norm_rms_epsilon"},
-      {"rope_yarn", [](TinyModel& m) { m.SetKey("llama.rope.scaling.type", GgufStr("yarn")); },
-       "RoPE scaling 'yarn' is not supported"},
+      {"rope_longrope", [](TinyModel& m) { m.SetKey("llama.rope.scaling.type", GgufStr("longrope")); },
+       "RoPE scaling 'longrope' is not supported"},
+      {"yarn_orig_ctx_zero", [](TinyModel& m) {
+         m.SetKey("llama.rope.scaling.type", GgufStr("yarn"));
+         m.SetKey("llama.rope.scaling.original_context_length", GgufU32(0));
+       }, "llama.rope.scaling.original_context_length"},
+      {"yarn_orig_ctx_string", [](TinyModel& m) {
+         m.SetKey("llama.rope.scaling.type", GgufStr("yarn"));
+         m.SetKey("llama.rope.scaling.original_context_length", GgufStr("4096"));
+       }, "llama.rope.scaling.original_context_length"},
+      {"yarn_factor_negative", [](TinyModel& m) {
+         m.SetKey("llama.rope.scaling.type", GgufStr("yarn"));
+         m.SetKey("llama.rope.scaling.factor", GgufF32(-4.0f));
+       }, "llama.rope.scaling.factor"},
       {"freq_base_nan", [](TinyModel& m) { m.SetKey("llama.rope.freq_base", GgufF32(NAN)); }, "llama.rope.freq_base"},
       {"expert_used_gt_count", [](TinyModel& m) { m.SetKey("llama.expert_used_count", GgufU32(5)); },
        "llama.expert_used_count", moe},
@@ -310,7 +353,7 @@ TEST(ModelConfig, UnsupportedFamilyListsTheSupportedOnes) {
   for (const Architecture* a : Architectures()) {
     EXPECT_NE(msg.find(Cat("'", a->name(), "' (", a->family(), ")")), std::string::npos) << msg;
   }
-  for (const char* family : {"'llama'", "'qwen2'", "'qwen3'", "'qwen3moe'"}) {
+  for (const char* family : {"'llama'", "'qwen2'", "'qwen3'", "'qwen3moe'", "'qwen2moe'"}) {
     EXPECT_NE(msg.find(family), std::string::npos) << msg;
   }
 }

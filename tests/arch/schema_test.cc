@@ -76,8 +76,9 @@ TEST(Schema, EverySynthOutputHasEachTensorClaimedOnce) {
   fs::create_directories(dir);
   const char* kSmall = "--layers 2 --embd 256 --ff 512 --heads 4 --kv-heads 2";
   // The real-vocabulary shapes read their vocab from the build (TANDEM_VOCAB_DIR); the others take a small one.
-  for (const std::string arch : {"llama", "mixtral", "llama3", "llama-3.2-1b", "qwen2", "qwen3", "qwen3moe"}) {
-    const bool moe = arch == "mixtral" || arch == "qwen3moe";
+  for (const std::string arch :
+       {"llama", "mixtral", "llama3", "llama-3.2-1b", "qwen2", "qwen3", "qwen3moe", "qwen2moe"}) {
+    const bool moe = arch == "mixtral" || arch == "qwen3moe" || arch == "qwen2moe";
     const bool real_vocab = arch != "llama" && arch != "mixtral";
     for (const std::string type : {"F16", "Q8_0", "Q4_K", "Q4_K_M"}) {
       const std::string out = Cat(dir, "/", arch, "-", type, ".gguf");

@@ -71,6 +71,12 @@ const GoldenCase kCases[] = {
     {"synth-qwen2-Q4_K_M", "", 3e-4, 4, 1e-3},
     {"synth-qwen3-Q4_K_M", "", 3e-4, 4, 1e-3},
     {"synth-qwen3moe-Q4_K_M", "", 5e-4, 2, 5e-3},
+    // Qwen1.5/Qwen2-MoE: Qwen2's attention, 60 experts top-4 whose softmax weights are not renormalised, and a
+    // shared expert of its own width behind a per-token sigmoid gate. Qwen2.5 with YaRN RoPE scaling (factor 8 over
+    // 4096 original positions): without it the same weights' greedy text differs from the first token.
+    {"synth-qwen2moe", "", 1e-10, 32, 1e-10},
+    {"synth-qwen2moe-Q4_K_M", "", 5e-4, 2, 5e-3},
+    {"synth-qwen2-yarn", "", 1e-10, 32, 1e-10},
 };
 
 class GoldenTest : public ::testing::TestWithParam<GoldenCase> {};

@@ -54,7 +54,8 @@ std::vector<ModelCase> AllModels() {
 // The other families, as their goldens' synth flags write them with real vocabularies (tests/data/README.md).
 std::vector<ModelCase> FamilyModels() {
   std::vector<ModelCase> m;
-  for (const char* golden : {"synth-llama3", "synth-qwen2", "synth-qwen3", "synth-qwen3moe", "synth-qwen3moe-Q4_K_M"}) {
+  for (const char* golden : {"synth-llama3", "synth-qwen2", "synth-qwen3", "synth-qwen3moe", "synth-qwen3moe-Q4_K_M",
+                             "synth-qwen2moe", "synth-qwen2-yarn"}) {
     m.push_back({golden, ""});
   }
   return m;
