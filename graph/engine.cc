@@ -14,16 +14,24 @@
 
 namespace tandem {
 
+absl::StatusOr<CheckedModel> CheckModelFile(const GgufFile& file) {
+  CheckedModel m;
+  TANDEM_ASSIGN_OR_RETURN(m.model, ReadModelSchema(file));
+  TANDEM_ASSIGN_OR_RETURN(m.tokenizer, Tokenizer::FromGguf(file));
+  if (m.tokenizer->n_vocab() != m.model.cfg.n_vocab) {
+    return InvalidArgument("tokenizer has ", m.tokenizer->n_vocab(), " tokens but the token embeddings have ",
+                           m.model.cfg.n_vocab, " rows");
+  }
+  return m;
+}
+
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& opts) {
   std::unique_ptr<Engine> e(new Engine());
   TANDEM_ASSIGN_OR_RETURN(e->file_, GgufFile::Open(opts.model_path));
-  TANDEM_ASSIGN_OR_RETURN(e->model_, ReadModelSchema(*e->file_));
+  TANDEM_ASSIGN_OR_RETURN(CheckedModel checked, CheckModelFile(*e->file_));
+  e->model_ = std::move(checked.model);
+  e->tokenizer_ = std::move(checked.tokenizer);
   const ModelConfig& cfg = e->model_.cfg;
-  TANDEM_ASSIGN_OR_RETURN(e->tokenizer_, Tokenizer::FromGguf(*e->file_));
-  if (e->tokenizer_->n_vocab() != cfg.n_vocab) {
-    return InvalidArgument("tokenizer has ", e->tokenizer_->n_vocab(), " tokens but the token embeddings have ",
-                           cfg.n_vocab, " rows");
-  }
   const int train_ctx = cfg.n_ctx_train > 0 ? cfg.n_ctx_train : 4096;
   e->n_ctx_ = opts.n_ctx > 0 ? opts.n_ctx : std::min(4096, train_ctx);
   if (opts.n_batch < 1) return InvalidArgument("batch size must be at least 1, got ", opts.n_batch);

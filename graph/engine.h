@@ -41,6 +41,14 @@ struct EngineOptions {
   std::shared_ptr<const RoutingStats> routing;
 };
 
+// What a load checks of a file before it plans or maps anything: the family's config and tensor schema, and a
+// tokenizer that runs and agrees with the token embeddings. `inspect` refuses what this refuses.
+struct CheckedModel {
+  ModelSchema model;
+  std::unique_ptr<Tokenizer> tokenizer;
+};
+absl::StatusOr<CheckedModel> CheckModelFile(const GgufFile& file);
+
 class Engine {
  public:
   static absl::StatusOr<std::unique_ptr<Engine>> Open(const EngineOptions& opts);

@@ -12,6 +12,8 @@
 #include "arch/model_config.h"
 #include "arch/summary.h"
 #include "core/status.h"
+#include "core/tokenizer.h"
+#include "graph/engine.h"
 #include "nlohmann/json.hpp"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
@@ -25,8 +27,9 @@ constexpr const char* kUsage = R"(usage: tandem inspect MODEL [--json]
 
 Shows a GGUF file's metadata, architecture and hyperparameters, every tensor (name, type, shape in ggml order,
 bytes, file offset) and the bytes per layer and per group (embeddings, attention, dense FFN, experts, output).
-The file is validated as a load would; an invalid file is one `error:` line and exit status 1.
-A vocab-only file (no tensors) shows its metadata only.
+The file is validated as a load would (hyperparameters, tensors, and a tokenizer tandem can run); an invalid
+file is one `error:` line and exit status 1. A vocab-only file (no tensors) shows its metadata, its tokenizer
+checked as `tokenize` would run it.
 
 options:
   -m, --model MODEL  the file (may also be given as the only positional argument)
@@ -105,6 +108,7 @@ json HparamsJson(const ModelConfig& c) {
               {"n_embd", c.n_embd},
               {"n_ff", c.n_ff},
               {"n_ff_expert", c.is_moe() ? c.n_ff_expert : 0},
+              {"n_ff_shexp", c.n_ff_shexp},
               {"n_head", c.n_head},
               {"n_head_kv", c.n_head_kv},
               {"head_dim", c.head_dim},
@@ -116,6 +120,8 @@ json HparamsJson(const ModelConfig& c) {
               {"rms_eps", c.rms_eps},
               {"rope_freq_base", c.rope_freq_base},
               {"rope_freq_scale", c.rope_freq_scale},
+              {"rope_scaling", c.rope_ext_factor != 0 ? "yarn" : c.rope_freq_scale != 1.0f ? "linear" : "none"},
+              {"rope_n_ctx_orig", c.rope_n_ctx_orig},
               {"tied_output", c.tied_output},
               {"legacy_experts", c.legacy_experts},
               {"bos_id", c.bos_id},
@@ -190,11 +196,13 @@ void PrintText(const GgufFile& f, const ModelConfig* cfg, const ModelSummary& s)
     std::printf("  n_layer %d, n_embd %d, n_ff %d, n_vocab %d, n_ctx_train %d\n", c.n_layer, c.n_embd,
                 c.is_moe() ? c.n_ff_expert : c.n_ff, c.n_vocab, c.n_ctx_train);
     std::printf("  n_head %d, n_head_kv %d, head_dim %d, n_rot %d\n", c.n_head, c.n_head_kv, c.head_dim, c.n_rot);
-    std::printf("  rms_eps %g, rope_freq_base %g, rope_freq_scale %g\n", c.rms_eps, c.rope_freq_base,
-                c.rope_freq_scale);
+    std::printf("  rms_eps %g, rope_freq_base %g, rope_freq_scale %g%s\n", c.rms_eps, c.rope_freq_base,
+                c.rope_freq_scale,
+                c.rope_ext_factor != 0 ? Cat(", YaRN over ", c.rope_n_ctx_orig, " original positions").c_str() : "");
     if (c.is_moe()) {
       std::printf("  experts %d of width %d, used per token %d%s\n", c.n_expert, c.n_ff_expert, c.n_expert_used,
                   c.legacy_experts ? " (per-expert tensors)" : " (merged tensors)");
+      if (c.n_ff_shexp > 0) std::printf("  a shared expert of width %d\n", c.n_ff_shexp);
     } else {
       std::printf("  dense FFN (no experts)\n");
     }
@@ -271,10 +279,14 @@ int CmdInspect(std::span<const std::string> args) {
   if (!file.ok()) return Fail(file.status());
   const GgufFile& f = **file;
   std::optional<ModelConfig> cfg;
-  if (!f.tensors().empty()) {  // a file without tensors is a vocab-only file: nothing to check the config against
-    absl::StatusOr<ModelConfig> c = LoadModelConfig(f);
-    if (!c.ok()) return Fail(Cat(*model, ": ", c.status().message()));
-    cfg = *std::move(c);
+  if (!f.tensors().empty()) {
+    absl::StatusOr<CheckedModel> checked = CheckModelFile(f);
+    if (!checked.ok()) return Fail(Cat(*model, ": ", checked.status().message()));
+    cfg = std::move(checked->model.cfg);
+  } else if (f.Find("tokenizer.ggml.model") != nullptr) {
+    // A vocab-only file: nothing to check a config against, but `tokenize` runs its tokenizer.
+    absl::StatusOr<std::unique_ptr<Tokenizer>> tok = Tokenizer::FromGguf(f);
+    if (!tok.ok()) return Fail(Cat(*model, ": ", tok.status().message()));
   }
   const ModelSummary summary = SummarizeModel(f, cfg ? &*cfg : nullptr);
   if (as_json) {

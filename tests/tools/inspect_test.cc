@@ -1,6 +1,7 @@
 // `tandem inspect` as a user runs it: text and --json on every shared model, the vocab-only file, and bad usage.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -197,6 +198,39 @@ TEST(Inspect, HostileStringsStayPrintable) {
   EXPECT_EQ(t.out.find('\x01'), std::string::npos);
   EXPECT_NE(t.out.find("\\x1b[31m"), std::string::npos);
   std::remove(path.c_str());
+}
+
+// inspect validates as a load does: a file whose tokenizer tandem cannot run, or whose vocabulary disagrees with
+// its embeddings, is refused by inspect with the reason run gives.
+TEST(Inspect, RefusesWhatRunRefuses) {
+  const std::vector<std::pair<std::string, std::function<void(test::TinyModel&)>>> cases = {
+      {"tokenizer model", [](test::TinyModel& m) { m.SetKey("tokenizer.ggml.model", GgufStr("bert")); }},
+      {"vocabulary length", [](test::TinyModel& m) {
+         m.SetKey("tokenizer.ggml.tokens", GgufArr(GgufType::kString, {GgufStr("a"), GgufStr("b")}));
+         m.EraseKey("tokenizer.ggml.scores");
+         m.EraseKey("tokenizer.ggml.token_type");
+       }},
+  };
+  for (const auto& [name, mutate] : cases) {
+    SCOPED_TRACE(name);
+    test::TinyModel m = test::MakeTinyModel();
+    mutate(m);
+    const std::string path = testing::TempDir() + "/inspect_refuses.gguf";
+    ASSERT_TRUE(WriteGguf(path, m.metadata, m.WriteList()).ok());
+    const test::CmdResult inspect = RunCommand(TandemBin() + " inspect " + path);
+    const test::CmdResult run = RunCommand(TandemBin() + " run -m " + path + " -p hi -n 1 --device none");
+    EXPECT_EQ(inspect.exit_code, 1) << inspect.out;
+    EXPECT_NE(run.exit_code, 0);
+    EXPECT_EQ(inspect.err.rfind("error: ", 0), 0u) << inspect.err;
+    EXPECT_EQ(inspect.err.find('\n'), inspect.err.size() - 1) << inspect.err;
+    // The same reason, after the path both name.
+    const std::string reason = inspect.err.substr(inspect.err.find(": ", 7) + 2);
+    EXPECT_NE(run.err.find(reason.substr(0, reason.size() - 1)), std::string::npos) << run.err << " vs " << reason;
+    std::remove(path.c_str());
+  }
+  // The shared models, real vocabularies and all, still pass.
+  const test::CmdResult ok = RunCommand(TandemBin() + " inspect " + test::ModelPath("stories260K.gguf"));
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
 }
 
 TEST(Inspect, UsageErrorsAreOneLine) {
