@@ -11,13 +11,14 @@ const Architecture& Qwen2Architecture();     // arch/qwen.cc
 const Architecture& Qwen3Architecture();     // arch/qwen.cc
 const Architecture& Qwen3MoeArchitecture();  // arch/qwen.cc
 const Architecture& Qwen2MoeArchitecture();  // arch/qwen.cc
+const Architecture& GptOssArchitecture();    // arch/gpt_oss.cc
 
 namespace {
 
 const std::vector<const Architecture*>& Registry() {
   static const std::vector<const Architecture*> kAll = {&LlamaArchitecture(), &Qwen2Architecture(),
                                                         &Qwen3Architecture(), &Qwen3MoeArchitecture(),
-                                                        &Qwen2MoeArchitecture()};
+                                                        &Qwen2MoeArchitecture(), &GptOssArchitecture()};
   return kAll;
 }
 

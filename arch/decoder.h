@@ -16,8 +16,8 @@ namespace tandem {
 std::span<const HParam> DecoderHParams();
 
 // The derived defaults (n_head_kv = n_head, head_dim = n_embd / n_head, n_rot = head_dim, n_ff_expert = n_ff), the
-// divisibility checks, RoPE scaling ("linear" or "none"; other kinds are refused rather than ignored) and the
-// expert counts' consistency.
+// divisibility checks, RoPE scaling ("linear", "yarn" or "none"; other kinds are refused rather than ignored) and
+// the expert counts' consistency.
 absl::Status FinishDecoderHParams(const GgufFile& file, ModelConfig& c);
 
 }  // namespace tandem

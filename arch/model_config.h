@@ -20,6 +20,9 @@ struct ModelConfig {
   int n_ff = 0;                // {arch}.feed_forward_length: the dense FFN's width
   int n_ff_expert = 0;         // {arch}.expert_feed_forward_length: one expert's width (n_ff when absent)
   int n_ff_shexp = 0;          // {arch}.expert_shared_feed_forward_length: the shared expert's width, 0 without one
+  int n_swa = 0;               // {arch}.attention.sliding_window: keys a windowed layer sees, 0 = no windowed layers
+  int swa_period = 0;          // {arch}.attention.sliding_window_pattern: of every period layers, all but the last
+                               // are windowed (gpt-oss: 2, the even layers)
   int n_head = 0;              // {arch}.attention.head_count
   int n_head_kv = 0;           // {arch}.attention.head_count_kv (defaults to n_head)
   int head_dim = 0;            // {arch}.attention.key_length (defaults to n_embd / n_head)
@@ -41,6 +44,8 @@ struct ModelConfig {
   int bos_id = -1, eos_id = -1;  // from tokenizer.ggml.*, -1 when absent
 
   bool is_moe() const { return n_expert > 0; }
+  // Whether layer il attends through the sliding window (as llama.cpp's standard pattern numbers them).
+  bool is_swa(int il) const { return n_swa > 0 && swa_period > 0 && il % swa_period < swa_period - 1; }
   int64_t q_dim() const { return static_cast<int64_t>(n_head) * head_dim; }
   int64_t n_embd_kv() const { return static_cast<int64_t>(n_head_kv) * head_dim; }
   // The widest FFN of any kind (dense, one expert, the shared expert): the gate and up buffers' width.

@@ -82,6 +82,7 @@ std::string_view DimName(Dim d) {
     case Dim::kExpert: return "n_expert";
     case Dim::kRotHalf: return "n_rot/2";
     case Dim::kHeadDim: return "head_dim";
+    case Dim::kHead: return "n_head";
   }
   return "?";
 }
@@ -99,6 +100,7 @@ int64_t DimValue(Dim d, const ModelConfig& c) {
     case Dim::kExpert: return c.n_expert;
     case Dim::kRotHalf: return c.n_rot / 2;
     case Dim::kHeadDim: return c.head_dim;
+    case Dim::kHead: return c.n_head;
   }
   return 0;
 }

@@ -38,6 +38,7 @@ enum class Dim : uint8_t {
   kExpert,    // n_expert: the router's outputs, or a stack of experts (the last dimension)
   kRotHalf,   // n_rot / 2
   kHeadDim,   // head_dim: a per-head norm's width
+  kHead,      // n_head: one value per query head (attention sinks)
 };
 std::string_view DimName(Dim d);
 int64_t DimValue(Dim d, const ModelConfig& c);

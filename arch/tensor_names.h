@@ -21,6 +21,9 @@ inline constexpr std::string_view kAttnKBias = "blk.{L}.attn_k.bias";
 inline constexpr std::string_view kAttnVBias = "blk.{L}.attn_v.bias";
 inline constexpr std::string_view kAttnQNorm = "blk.{L}.attn_q_norm.weight";  // per head, over head_dim
 inline constexpr std::string_view kAttnKNorm = "blk.{L}.attn_k_norm.weight";
+inline constexpr std::string_view kAttnOutputBias = "blk.{L}.attn_output.bias";
+inline constexpr std::string_view kAttnSinks = "blk.{L}.attn_sinks.weight";  // a logit per head (gpt-oss)
+inline constexpr std::string_view kAttnPostNorm = "blk.{L}.post_attention_norm.weight";
 
 inline constexpr std::string_view kFfnNorm = "blk.{L}.ffn_norm.weight";
 inline constexpr std::string_view kFfnGate = "blk.{L}.ffn_gate.weight";
@@ -31,6 +34,10 @@ inline constexpr std::string_view kFfnGateInp = "blk.{L}.ffn_gate_inp.weight";  
 inline constexpr std::string_view kFfnGateExps = "blk.{L}.ffn_gate_exps.weight";
 inline constexpr std::string_view kFfnUpExps = "blk.{L}.ffn_up_exps.weight";
 inline constexpr std::string_view kFfnDownExps = "blk.{L}.ffn_down_exps.weight";
+inline constexpr std::string_view kFfnGateInpBias = "blk.{L}.ffn_gate_inp.bias";
+inline constexpr std::string_view kFfnGateExpsBias = "blk.{L}.ffn_gate_exps.bias";  // [n_ff_expert, n_expert]
+inline constexpr std::string_view kFfnUpExpsBias = "blk.{L}.ffn_up_exps.bias";
+inline constexpr std::string_view kFfnDownExpsBias = "blk.{L}.ffn_down_exps.bias";  // [n_embd, n_expert]
 // A shared expert every token runs (Qwen2-MoE, DeepSeek), and its sigmoid gate (Qwen2-MoE).
 inline constexpr std::string_view kFfnGateInpShexp = "blk.{L}.ffn_gate_inp_shexp.weight";
 inline constexpr std::string_view kFfnGateShexp = "blk.{L}.ffn_gate_shexp.weight";

@@ -19,11 +19,11 @@ namespace {
 constexpr const char* kSynthUsage = R"(usage: tandem synth --arch SHAPE [--layers N] [--embd D] [--ff F] [--expert-ff F] [--heads H]
                     [--kv-heads K] [--head-dim D] [--experts E] [--experts-used U] [--vocab V] [--vocab-file F]
                     [--shared-ff F] [--seed S] [--router-skew S] [--zeros] [--llama3-rope]
-                    [--yarn FACTOR[:ORIG_CTX]] --type TYPE -o FILE
+                    [--yarn FACTOR[:ORIG_CTX]] [--swa N] --type TYPE -o FILE
 SHAPE is a family's default or a named real shape (--shape is the same flag):
   mixtral  = mixtral-8x7b     llama    = llama-2-7b       llama3   = llama-3.1-8b    (also llama-3.1-70b,
   qwen2    = qwen2.5-7b       qwen3    = qwen3-8b         qwen3moe = qwen3-30b-a3b   llama-3.2-1b, qwen3-235b-a22b,
-  qwen2moe = qwen1.5-moe-a2.7b                                                    qwen2-57b-a14b)
+  qwen2moe = qwen1.5-moe-a2.7b gpt-oss = gpt-oss-20b                             qwen2-57b-a14b, gpt-oss-120b)
 The other flags override the shape. Llama 3 and Qwen shapes write their family's real vocabulary (built by
 tools/make_vocab_gguf.py into the build's vocab/ folder; --vocab-file or TANDEM_VOCAB_DIR point elsewhere), so a
 synthetic file tokenizes as the real model does; the others a SentencePiece filler vocab of --vocab pieces.
@@ -37,6 +37,7 @@ have hot experts as real ones do; 0, the default, routes every expert alike.
 as llama.cpp's converter writes it (the Llama 3 shapes have it already).
 --yarn FACTOR[:ORIG_CTX] writes YaRN RoPE scaling (rope.scaling.type yarn, its factor and original context).
 --shared-ff F sets the width of a shared expert (qwen2moe; the default is the shape's).
+--swa N sets the sliding window of the windowed layers (gpt-oss: 128, on the even layers).
 )";
 
 std::string ShapeNames() {
@@ -96,6 +97,8 @@ int CmdSynth(std::span<const std::string> argv) {
       ok = as_int(1, 1 << 22, &o.n_ff);
     } else if (flag == "--expert-ff") {
       ok = as_int(1, 1 << 22, &o.n_ff_expert);
+    } else if (flag == "--swa") {
+      ok = as_int(1, 1 << 20, &o.n_swa);
     } else if (flag == "--shared-ff") {
       ok = as_int(1, 1 << 22, &o.n_ff_shexp);
     } else if (flag == "--yarn") {

@@ -23,6 +23,7 @@ declare -A FLAGS=(
   [synth-qwen2moe]="--arch qwen2moe --layers 2 --embd 64 --ff 128 --expert-ff 32 --shared-ff 96 --heads 4 --kv-heads 2 --head-dim 16 --type F32"
   [synth-qwen2moe-Q4_K_M]="--arch qwen2moe --layers 2 --embd 256 --ff 512 --expert-ff 256 --shared-ff 512 --heads 4 --kv-heads 2 --head-dim 64 --type Q4_K_M"
   [synth-qwen2-yarn]="--arch qwen2 --layers 2 --embd 64 --ff 128 --heads 4 --kv-heads 2 --head-dim 16 --yarn 8:4096 --type F32"
+  [synth-gpt-oss]="--arch gpt-oss --layers 2 --embd 64 --ff 64 --expert-ff 64 --heads 4 --kv-heads 2 --head-dim 16 --experts 4 --experts-used 2 --swa 8 --type F32"
 )
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=("${!FLAGS[@]}")

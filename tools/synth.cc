@@ -202,6 +202,16 @@ const SynthShape kShapes[] = {
       .n_ff_expert = 2560, .n_ff_shexp = 20480, .n_head = 28, .n_head_kv = 4, .n_expert = 64, .n_expert_used = 8,
       .n_vocab = 151936, .n_ctx = 32768, .rope_freq_base = 1e6f, .rms_eps = 1e-6f, .vocab = "qwen3",
       .vocab_keep = 151646}},
+    {"gpt-oss-20b", "gpt-oss",
+     {.shape = "gpt-oss-20b", .arch = "gpt-oss", .n_layer = 24, .n_embd = 2880, .n_ff = 2880, .n_ff_expert = 2880,
+      .n_head = 64, .n_head_kv = 8, .head_dim = 64, .n_expert = 32, .n_expert_used = 4, .n_vocab = 201088,
+      .n_ctx = 131072, .rope_freq_base = 150000.0f, .yarn_factor = 32, .yarn_orig_ctx = 4096, .n_swa = 128,
+      .vocab = "o200k_harmony"}},
+    {"gpt-oss-120b", "",
+     {.shape = "gpt-oss-120b", .arch = "gpt-oss", .n_layer = 36, .n_embd = 2880, .n_ff = 2880, .n_ff_expert = 2880,
+      .n_head = 64, .n_head_kv = 8, .head_dim = 64, .n_expert = 128, .n_expert_used = 4, .n_vocab = 201088,
+      .n_ctx = 131072, .rope_freq_base = 150000.0f, .yarn_factor = 32, .yarn_orig_ctx = 4096, .n_swa = 128,
+      .vocab = "o200k_harmony"}},
     {"qwen3-235b-a22b", "",
      {.shape = "qwen3-235b-a22b", .arch = "qwen3moe", .n_layer = 94, .n_embd = 4096, .n_ff = 12288,
       .n_ff_expert = 1536, .n_head = 64, .n_head_kv = 4, .head_dim = 128, .n_expert = 128, .n_expert_used = 8,
@@ -267,6 +277,7 @@ absl::StatusOr<SynthWritten> WriteSyntheticModel(const SynthOptions& o) {
   c.n_expert = moe ? o.n_expert : 0;
   c.n_expert_used = moe ? o.n_expert_used : 0;
   c.rms_eps = o.rms_eps;
+  c.n_swa = o.n_swa;
   c.rope_freq_base = o.rope_freq_base;
   std::vector<GgufKV> kv;
   const uint32_t file_type = o.mix ? QuantMixFileType(*o.mix) : o.type == DType::kF32 ? 0 : o.type == DType::kF16 ? 1 : o.type == DType::kQ4_0 ? 2

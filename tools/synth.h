@@ -34,6 +34,7 @@ struct SynthOptions {
   float llama3_rope_factor = 0;  // > 0: rope_freqs.weight with Llama 3's frequency factors for this factor
   float yarn_factor = 0;         // > 0: rope.scaling.type "yarn" with this factor
   int yarn_orig_ctx = 0;         // YaRN's rope.scaling.original_context_length; 0: not written (n_ctx_train)
+  int n_swa = 0;                 // sliding window of the windowed layers (families that have them)
   bool tied_output = false;      // no output.weight: the head reuses the token embeddings
   // The real vocabulary written into the file ("llama3", "qwen3": a vocab-only GGUF that tools/make_vocab_gguf.py
   // builds), or "" for a SentencePiece filler vocab of n_vocab pieces. Ids from vocab_keep on become padding.

@@ -353,7 +353,7 @@ TEST(ModelConfig, UnsupportedFamilyListsTheSupportedOnes) {
   for (const Architecture* a : Architectures()) {
     EXPECT_NE(msg.find(Cat("'", a->name(), "' (", a->family(), ")")), std::string::npos) << msg;
   }
-  for (const char* family : {"'llama'", "'qwen2'", "'qwen3'", "'qwen3moe'", "'qwen2moe'"}) {
+  for (const char* family : {"'llama'", "'qwen2'", "'qwen3'", "'qwen3moe'", "'qwen2moe'", "'gpt-oss'"}) {
     EXPECT_NE(msg.find(family), std::string::npos) << msg;
   }
 }

@@ -77,14 +77,14 @@ TEST(Schema, EverySynthOutputHasEachTensorClaimedOnce) {
   const char* kSmall = "--layers 2 --embd 256 --ff 512 --heads 4 --kv-heads 2";
   // The real-vocabulary shapes read their vocab from the build (TANDEM_VOCAB_DIR); the others take a small one.
   for (const std::string arch :
-       {"llama", "mixtral", "llama3", "llama-3.2-1b", "qwen2", "qwen3", "qwen3moe", "qwen2moe"}) {
-    const bool moe = arch == "mixtral" || arch == "qwen3moe" || arch == "qwen2moe";
+       {"llama", "mixtral", "llama3", "llama-3.2-1b", "qwen2", "qwen3", "qwen3moe", "qwen2moe", "gpt-oss"}) {
+    const bool moe = arch == "mixtral" || arch == "qwen3moe" || arch == "qwen2moe" || arch == "gpt-oss";
     const bool real_vocab = arch != "llama" && arch != "mixtral";
     for (const std::string type : {"F16", "Q8_0", "Q4_K", "Q4_K_M"}) {
       const std::string out = Cat(dir, "/", arch, "-", type, ".gguf");
       const test::CmdResult r = test::RunCommand(
           Cat("TANDEM_VOCAB_DIR=", TANDEM_VOCAB_DIR, " ", test::TandemBin(), " synth --arch ", arch, " ", kSmall,
-              arch.starts_with("qwen") ? " --head-dim 64" : "", real_vocab ? "" : " --vocab 512",
+              arch.starts_with("qwen") || arch == "gpt-oss" ? " --head-dim 64" : "", real_vocab ? "" : " --vocab 512",
               moe ? " --experts 4 --experts-used 2 --expert-ff 256" : "", " --type ", type, " -o ", out));
       ASSERT_EQ(r.exit_code, 0) << r.err;
       absl::StatusOr<std::unique_ptr<GgufFile>> f = GgufFile::Open(out);

@@ -36,12 +36,13 @@ Model Open(const std::string& path) {
   return m;
 }
 
-// With Qwen2-MoE's shared expert too: it runs on the FFN unit's device beside the router, whichever device each
-// routed expert is on.
+// With Qwen2-MoE's shared expert too (it runs on the FFN unit's device beside the router, whichever device each
+// routed expert is on), and gpt-oss's per-expert biases, which travel with their experts.
 std::vector<std::string> MoeModels() {
   return {test::ModelPath("stories260K-moe4.gguf"), test::DataPath("models/tiny-mixtral-Q4_0.gguf"),
           test::DataPath("models/tiny-mixtral-Q4_K_M.gguf"),
-          test::SynthGoldenModel(test::ReadJson(test::DataPath("goldens/synth-qwen2moe.json")))};
+          test::SynthGoldenModel(test::ReadJson(test::DataPath("goldens/synth-qwen2moe.json"))),
+          test::SynthGoldenModel(test::ReadJson(test::DataPath("goldens/synth-gpt-oss.json")))};
 }
 
 using Where = std::function<ExpertPlacement(int layer, int e)>;

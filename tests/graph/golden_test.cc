@@ -77,6 +77,10 @@ const GoldenCase kCases[] = {
     {"synth-qwen2moe", "", 1e-10, 32, 1e-10},
     {"synth-qwen2moe-Q4_K_M", "", 5e-4, 2, 5e-3},
     {"synth-qwen2-yarn", "", 1e-10, 32, 1e-10},
+    // gpt-oss: q/k/v/o biases, a sink per head, an 8-key window on layer 0 (the real models' 128 reduced so the
+    // 27-token prompt crosses it) and full attention on layer 1, YaRN (factor 32 over 4096), a top-k-by-logit
+    // router with a bias and a softmax over the chosen, biased experts with the clamped SwiGLU; harmony vocab.
+    {"synth-gpt-oss", "", 1e-10, 32, 1e-10},
 };
 
 class GoldenTest : public ::testing::TestWithParam<GoldenCase> {};
