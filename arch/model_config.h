@@ -46,6 +46,11 @@ struct ModelConfig {
   bool is_moe() const { return n_expert > 0; }
   // Whether layer il attends through the sliding window (as llama.cpp's standard pattern numbers them).
   bool is_swa(int il) const { return n_swa > 0 && swa_period > 0 && il % swa_period < swa_period - 1; }
+  // Rows of layer il's KV cache for n_ctx positions and batches of up to max_batch tokens: a windowed layer keeps
+  // only its window and one batch, as a ring (runtime/tensor.h's KvLayer); the others every position.
+  int64_t KvRows(int il, int64_t n_ctx, int64_t max_batch) const {
+    return is_swa(il) ? std::min<int64_t>(n_ctx, int64_t{n_swa} + max_batch - 1) : n_ctx;
+  }
   int64_t q_dim() const { return static_cast<int64_t>(n_head) * head_dim; }
   int64_t n_embd_kv() const { return static_cast<int64_t>(n_head_kv) * head_dim; }
   // The widest FFN of any kind (dense, one expert, the shared expert): the gate and up buffers' width.

@@ -110,14 +110,31 @@ inline int64_t FirstVisible(int64_t pos, const AttentionParams& p) {
   return p.window > 0 ? std::max<int64_t>(0, pos - p.window + 1) : 0;
 }
 
+// The visible keys of one KV head: n_a rows from the first visible position's row, then, where a ring cache
+// wrapped, the rest from row 0. Key j is row(j) in either cache.
+template <typename Elem>
+struct VisibleRows {
+  const Elem* a;
+  int64_t n_a;
+  const Elem* b;
+  int64_t stride;
+  const Elem* row(int64_t j) const { return j < n_a ? a + j * stride : b + (j - n_a) * stride; }
+};
+template <typename Elem>
+VisibleRows<Elem> VisibleRowsOf(const void* cache, const KvLayer& kv, int64_t first, int64_t n_visible,
+                                int64_t head_offset) {
+  const Elem* base = static_cast<const Elem*>(cache) + head_offset;
+  return {base + kv.Row(first) * kv.row_elems, std::min(n_visible, kv.RowsBeforeWrap(first)), base, kv.row_elems};
+}
+
 template <typename Elem>
 void AttendOneHead(const RowOps<Elem>& ops, const float* q, const KvLayer& kv, int head, int kv_head, int64_t first,
                    int64_t end, const AttentionParams& p, float* scores, float* out) {
   constexpr bool kHalf = std::is_same_v<Elem, f16_t>;
-  const int64_t offset = first * kv.row_elems + static_cast<int64_t>(kv_head) * p.head_dim;
-  const Elem* k_rows = static_cast<const Elem*>(kv.k) + offset;
-  const Elem* v_rows = static_cast<const Elem*>(kv.v) + offset;
   const int64_t n_visible = end - first;
+  const int64_t head_offset = static_cast<int64_t>(kv_head) * p.head_dim;
+  const VisibleRows<Elem> k_rows = VisibleRowsOf<Elem>(kv.k, kv, first, n_visible, head_offset);
+  const VisibleRows<Elem> v_rows = VisibleRowsOf<Elem>(kv.v, kv, first, n_visible, head_offset);
 
   const float* q_used = q;
   if constexpr (kHalf) {
@@ -125,10 +142,10 @@ void AttendOneHead(const RowOps<Elem>& ops, const float* q, const KvLayer& kv, i
     for (int d = 0; d < p.head_dim; ++d) out[d] = RoundThroughHalf(q[d]);
     q_used = out;
   }
-  for (int64_t j = 0; j < n_visible; ++j) scores[j] = ops.dot(q_used, k_rows + j * kv.row_elems, p.head_dim);
+  for (int64_t j = 0; j < n_visible; ++j) scores[j] = ops.dot(q_used, k_rows.row(j), p.head_dim);
   Softmax(scores, n_visible, p, head, kHalf);
   for (int d = 0; d < p.head_dim; ++d) out[d] = 0.0f;
-  for (int64_t j = 0; j < n_visible; ++j) ops.axpy(scores[j], v_rows + j * kv.row_elems, p.head_dim, out);
+  for (int64_t j = 0; j < n_visible; ++j) ops.axpy(scores[j], v_rows.row(j), p.head_dim, out);
 }
 
 template <typename Elem>
@@ -177,14 +194,20 @@ void AttentionGroupedF16(const float* q, const KvLayer& kv, int64_t n_tok, int64
       float* o = out + offset;
       // The fp16-rounded queries live in the group's output slice until the weighted sums overwrite it.
       for (int64_t i = 0; i < static_cast<int64_t>(group) * p.head_dim; ++i) o[i] = RoundThroughHalf(q[offset + i]);
-      const size_t kv_offset = static_cast<size_t>(first) * row_elems + static_cast<size_t>(kv_head) * p.head_dim;
-      attention_rows::DotsF16Avx512(o, group, p.head_dim, k_base + kv_offset, row_elems, n_visible, scores,
-                                    score_stride);
+      // A ring that wrapped gives two runs of rows: from the first visible one to its end, then from row 0.
+      const size_t head_offset = static_cast<size_t>(kv_head) * p.head_dim;
+      const size_t row_a = static_cast<size_t>(kv.Row(first)) * row_elems + head_offset;
+      const int64_t n_a = std::min(n_visible, kv.RowsBeforeWrap(first));
+      attention_rows::DotsF16Avx512(o, group, p.head_dim, k_base + row_a, row_elems, n_a, scores, score_stride);
+      attention_rows::DotsF16Avx512(o, group, p.head_dim, k_base + head_offset, row_elems, n_visible - n_a,
+                                    scores + n_a, score_stride);
       for (int g = 0; g < group; ++g) {
         Softmax(scores + g * score_stride, n_visible, p, kv_head * group + g, /*round_half=*/true);
       }
-      attention_rows::WeightedSumsF16Avx512(scores, score_stride, group, p.head_dim, v_base + kv_offset, row_elems,
-                                            n_visible, o);
+      attention_rows::WeightedSumsF16Avx512(scores, score_stride, group, p.head_dim,
+                                            {.a = v_base + row_a, .n_a = n_a, .b = v_base + head_offset,
+                                             .n = n_visible, .row_elems = row_elems},
+                                            o);
     }
   }
 }
@@ -204,7 +227,7 @@ void Attention(const float* q, const KvLayer& kv, int64_t n_tok, int64_t pos0, c
   TANDEM_CHECK(kv.type == DType::kF32 || kv.type == DType::kF16);
   TANDEM_CHECK(p.n_head_kv > 0 && p.n_head % p.n_head_kv == 0);
   TANDEM_CHECK(static_cast<int64_t>(p.n_head_kv) * p.head_dim == kv.row_elems);
-  TANDEM_CHECK(pos0 >= 0 && pos0 + n_tok <= kv.n_ctx);
+  TANDEM_CHECK(kv.HoldsAttention(pos0, n_tok, p.window));
   auto* scores = static_cast<float*>(scratch);
   if (kv.type == DType::kF16) {
     if (ActiveIsa() == Isa::kAvx512 && attention_rows::GroupedF16Avx512Supports(p.head_dim)) {
@@ -223,13 +246,13 @@ void AttentionRef(const float* q, const KvLayer& kv, int64_t n_tok, int64_t pos0
   const int group = p.n_head / p.n_head_kv;
   const int64_t q_row = static_cast<int64_t>(p.n_head) * p.head_dim;
   auto cache_value = [&](const void* base, int64_t j, int64_t e) -> double {
-    const int64_t i = j * kv.row_elems + e;
+    const int64_t i = kv.Row(j) * kv.row_elems + e;
     return half ? F16ToF32(static_cast<const f16_t*>(base)[i]) : static_cast<const float*>(base)[i];
   };
   // llama.cpp's fp16 operand rounding is part of the semantics with an F16 cache, so the reference does it too.
   auto operand = [&](double x) -> double { return half ? F16ToF32(F32ToF16(static_cast<float>(x))) : x; };
 
-  std::vector<double> scores(static_cast<size_t>(kv.n_ctx));
+  std::vector<double> scores(static_cast<size_t>(pos0 + n_tok));  // by position
   for (int64_t t = 0; t < n_tok; ++t) {
     const int64_t pos = pos0 + t;
     const int64_t first = p.window > 0 ? std::max<int64_t>(0, pos - p.window + 1) : 0;

@@ -46,8 +46,9 @@ void DotsF16Avx512(const float* q, int n_q, int head_dim, const uint16_t* k_rows
   }
 }
 
-void WeightedSumsF16Avx512(const float* p, size_t p_stride, int n_q, int head_dim, const uint16_t* v_rows,
-                           size_t row_elems, int64_t n_keys, float* out) {
+void WeightedSumsF16Avx512(const float* p, size_t p_stride, int n_q, int head_dim, const HalfRows& v_rows,
+                           float* out) {
+  const int64_t n_keys = v_rows.n;
   constexpr int kHeads = 8;  // accumulators per pass over the rows
   for (int c = 0; c < head_dim / 16; ++c) {
     for (int g0 = 0; g0 < n_q; g0 += kHeads) {
@@ -55,7 +56,7 @@ void WeightedSumsF16Avx512(const float* p, size_t p_stride, int n_q, int head_di
       __m512 acc[kHeads];
       for (int g = 0; g < kHeads; ++g) acc[g] = _mm512_setzero_ps();
       for (int64_t j = 0; j < n_keys; ++j) {
-        const __m512 v = LoadHalf16(v_rows + static_cast<size_t>(j) * row_elems + 16 * c);
+        const __m512 v = LoadHalf16(v_rows.row(j) + 16 * c);
         for (int g = 0; g < ng; ++g) {
           acc[g] = _mm512_fmadd_ps(_mm512_set1_ps(p[static_cast<size_t>(g0 + g) * p_stride + j]), v, acc[g]);
         }

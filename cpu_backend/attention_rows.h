@@ -20,8 +20,18 @@ bool GroupedF16Avx512Supports(int head_dim);
 // scores[g * score_stride + j] = DotF16Avx2(q_g, k_j, head_dim) for j < n_keys, bit for bit.
 void DotsF16Avx512(const float* q, int n_q, int head_dim, const uint16_t* k_rows, size_t row_elems, int64_t n_keys,
                    float* scores, size_t score_stride);
-// out_g = sum over j of p[g * p_stride + j] * v_j, as AxpyF16Avx2 from zero row after row, bit for bit.
-void WeightedSumsF16Avx512(const float* p, size_t p_stride, int n_q, int head_dim, const uint16_t* v_rows,
-                           size_t row_elems, int64_t n_keys, float* out);
+// n fp16 rows: the first n_a from a, the rest from b (a ring cache that wrapped), row_elems apart.
+struct HalfRows {
+  const uint16_t* a;
+  int64_t n_a;
+  const uint16_t* b;
+  int64_t n;
+  size_t row_elems;
+  const uint16_t* row(int64_t j) const {
+    return j < n_a ? a + static_cast<size_t>(j) * row_elems : b + static_cast<size_t>(j - n_a) * row_elems;
+  }
+};
+// out_g = sum over j < v.n of p[g * p_stride + j] * v_j, as AxpyF16Avx2 from zero row after row, bit for bit.
+void WeightedSumsF16Avx512(const float* p, size_t p_stride, int n_q, int head_dim, const HalfRows& v, float* out);
 
 }  // namespace tandem::cpu::attention_rows

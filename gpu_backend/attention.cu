@@ -40,7 +40,7 @@ __device__ __forceinline__ float SinkOf(const AttentionParams& p, int h) {
 template <int kPerLane, typename KvT>
 __global__ void __launch_bounds__(32 * kWarps)
     AttentionKernel(const float* __restrict__ q, const KvT* __restrict__ kc, const KvT* __restrict__ vc,
-                    int64_t row_elems, int64_t pos0, const AttentionParams p, int n_split,
+                    int64_t row_elems, int64_t ring_rows, int64_t pos0, const AttentionParams p, int n_split,
                     float* __restrict__ out, float* __restrict__ partials) {
   const int h = blockIdx.x;
   const int64_t t = blockIdx.y;
@@ -69,7 +69,8 @@ __global__ void __launch_bounds__(32 * kWarps)
   float m = -INFINITY;
   float l = 0.0f;
   for (int64_t j = j0 + warp; j < j1; j += kWarps) {
-    const KvT* kr = kc + j * row_elems + kv_offset;
+    const int64_t row = ring_rows > 0 ? j % ring_rows : j;  // a windowed layer's ring cache (runtime/tensor.h)
+    const KvT* kr = kc + row * row_elems + kv_offset;
     float dot = 0.0f;
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
@@ -84,7 +85,7 @@ __global__ void __launch_bounds__(32 * kWarps)
     const float correction = expf(m - m_new);  // 0 on the first key (m = -inf)
     const float prob = expf(dot - m_new);
     l = l * correction + prob;
-    const KvT* vr = vc + j * row_elems + kv_offset;
+    const KvT* vr = vc + row * row_elems + kv_offset;
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
       const int d = lane + 32 * i;
@@ -167,7 +168,8 @@ void Launch(const float* q, const KvLayer& kv, int64_t n_tok, int64_t pos0, cons
             int n_split, float* out, float* partials, cudaStream_t s) {
   const dim3 grid(static_cast<unsigned>(p.n_head), static_cast<unsigned>(n_tok), static_cast<unsigned>(n_split));
   AttentionKernel<kPerLane, KvT><<<grid, 32 * kWarps, 0, s>>>(
-      q, static_cast<const KvT*>(kv.k), static_cast<const KvT*>(kv.v), kv.row_elems, pos0, p, n_split, out, partials);
+      q, static_cast<const KvT*>(kv.k), static_cast<const KvT*>(kv.v), kv.row_elems, kv.ring ? kv.n_ctx : 0, pos0, p,
+      n_split, out, partials);
 }
 
 template <typename KvT>
@@ -205,6 +207,7 @@ cudaError_t LaunchAttention(const float* q, const KvLayer& kv, int64_t n_tok, in
   if (p.head_dim <= 0 || p.head_dim > kAttentionMaxHeadDim || p.n_head_kv <= 0 || p.n_head % p.n_head_kv != 0) {
     return cudaErrorInvalidValue;
   }
+  if (!kv.HoldsAttention(pos0, n_tok, p.window)) return cudaErrorInvalidValue;
   const int64_t q_stride = static_cast<int64_t>(p.n_head) * p.head_dim;
   // The grid's y dimension holds the batch; longer batches go in slices, each a causal continuation.
   for (int64_t t0 = 0; t0 < n_tok; t0 += kMaxGridY) {

@@ -519,8 +519,8 @@ void CudaBackend::Rope(float* x, int64_t n_tok, const int32_t* pos, const RopePa
 }
 
 void CudaBackend::KvStore(const KvLayer& kv, const float* k, const float* v, int64_t n_tok, int64_t pos0) {
-  if (!Expect(n_tok >= 0 && pos0 >= 0 && pos0 + n_tok <= kv.n_ctx, "KvStore: rows ", pos0, "..", pos0 + n_tok,
-              " outside the cache of ", kv.n_ctx) ||
+  if (!Expect(kv.HoldsStore(pos0, n_tok), "KvStore: rows ", pos0, "..", pos0 + n_tok, " outside the cache of ",
+              kv.n_ctx, kv.ring ? " (a ring)" : "") ||
       n_tok == 0) {
     return;
   }
@@ -534,8 +534,8 @@ void CudaBackend::KvStore(const KvLayer& kv, const float* k, const float* v, int
 
 void CudaBackend::Attention(const float* q, const KvLayer& kv, int64_t n_tok, int64_t pos0,
                             const AttentionParams& p, float* out) {
-  if (!Expect(n_tok >= 0 && pos0 >= 0 && pos0 + n_tok <= kv.n_ctx, "Attention: positions ", pos0, "..",
-              pos0 + n_tok, " outside the cache of ", kv.n_ctx) ||
+  if (!Expect(kv.HoldsAttention(pos0, n_tok, p.window), "Attention: positions ", pos0, "..", pos0 + n_tok,
+              " outside the cache of ", kv.n_ctx, kv.ring ? Cat(" (a ring, window ", p.window, ")") : "") ||
       n_tok == 0) {
     return;
   }

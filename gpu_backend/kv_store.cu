@@ -21,12 +21,17 @@ __device__ __forceinline__ __half FromFloat<__half>(float v) {
   return __float2half_rn(v);
 }
 
+// Element i of the batch's rows goes to the cache row of position pos0 + i / row_elems: that position, or in a
+// ring of ring_rows rows (runtime/tensor.h), the position modulo ring_rows.
 template <typename CacheT>
-__global__ void KvStoreKernel(CacheT* kc, CacheT* vc, const float* k, const float* v, int64_t n, int64_t offset) {
+__global__ void KvStoreKernel(CacheT* kc, CacheT* vc, const float* k, const float* v, int64_t n, int64_t pos0,
+                              int64_t row_elems, int64_t ring_rows) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    kc[offset + i] = FromFloat<CacheT>(k[i]);
-    vc[offset + i] = FromFloat<CacheT>(v[i]);
+    const int64_t pos = pos0 + i / row_elems;
+    const int64_t at = (ring_rows > 0 ? pos % ring_rows : pos) * row_elems + i % row_elems;
+    kc[at] = FromFloat<CacheT>(k[i]);
+    vc[at] = FromFloat<CacheT>(v[i]);
   }
 }
 
@@ -36,13 +41,13 @@ cudaError_t LaunchKvStore(const KvLayer& kv, const float* k, const float* v, int
                           cudaStream_t s) {
   const int64_t n = n_tok * kv.row_elems;
   if (n <= 0) return cudaSuccess;
-  const int64_t offset = pos0 * kv.row_elems;
+  const int64_t ring_rows = kv.ring ? kv.n_ctx : 0;
   if (kv.type == DType::kF16) {
-    KvStoreKernel<__half><<<GridFor(n, kThreads), kThreads, 0, s>>>(static_cast<__half*>(kv.k),
-                                                                    static_cast<__half*>(kv.v), k, v, n, offset);
+    KvStoreKernel<__half><<<GridFor(n, kThreads), kThreads, 0, s>>>(
+        static_cast<__half*>(kv.k), static_cast<__half*>(kv.v), k, v, n, pos0, kv.row_elems, ring_rows);
   } else {
-    KvStoreKernel<float><<<GridFor(n, kThreads), kThreads, 0, s>>>(static_cast<float*>(kv.k),
-                                                                   static_cast<float*>(kv.v), k, v, n, offset);
+    KvStoreKernel<float><<<GridFor(n, kThreads), kThreads, 0, s>>>(
+        static_cast<float*>(kv.k), static_cast<float*>(kv.v), k, v, n, pos0, kv.row_elems, ring_rows);
   }
   return cudaGetLastError();
 }

@@ -57,6 +57,7 @@ struct UnitSpec {
   double expert_params = 0;
   DType main_type = DType::kF32;     // the type holding most of the bytes: selects the CPU rate
   int64_t n_embd_kv = 0;             // attention units: K (and V) row width per position
+  int kv_window = 0;                 // attention units of windowed layers: the window, whose cache is a ring
   // The (op, weight type) pairs the unit issues: a device runs the unit only if it supports them all.
   std::vector<std::pair<Op, DType>> ops;
   std::shared_ptr<const UnitProgram> program;
@@ -69,9 +70,12 @@ struct UnitSpec {
   }
   uint64_t ExpertCpuRepackedBytes(bool repack) const { return repack ? expert_repacked_bytes : 0; }
 
-  // K+V cache of this layer for n_ctx positions (0 for non-attention units).
-  uint64_t KvBytes(int64_t n_ctx, int kv_elem_bytes) const {
-    return kind == UnitKind::kAttn ? 2ull * n_ctx * n_embd_kv * kv_elem_bytes : 0;
+  // K+V cache of this layer for n_ctx positions and batches of max_batch (0 for non-attention units): a windowed
+  // layer's ring holds the window and one batch (ModelConfig::KvRows).
+  uint64_t KvBytes(int64_t n_ctx, int kv_elem_bytes, int64_t max_batch) const {
+    if (kind != UnitKind::kAttn) return 0;
+    const int64_t rows = kv_window > 0 ? std::min<int64_t>(n_ctx, kv_window + max_batch - 1) : n_ctx;
+    return 2ull * static_cast<uint64_t>(rows) * static_cast<uint64_t>(n_embd_kv) * static_cast<uint64_t>(kv_elem_bytes);
   }
 };
 

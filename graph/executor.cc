@@ -240,10 +240,11 @@ absl::Status Executor::Impl::AllocateState() {
   }
 
   const size_t elem = opts.kv_type == DType::kF16 ? 2 : 4;
-  const size_t half = static_cast<size_t>(opts.n_ctx) * cfg.n_embd_kv() * elem;
   kv.resize(cfg.n_layer);
   for (const Unit& u : units) {
     if (u.plan->kind != UnitKind::kAttn) continue;
+    const int64_t rows = cfg.KvRows(u.plan->layer, opts.n_ctx, max_tok);
+    const size_t half = static_cast<size_t>(rows) * cfg.n_embd_kv() * elem;
     void* block = nullptr;
     const std::string what = Cat("kv cache of layer ", u.plan->layer);
     if (GpuSide(u.plan->decode)) {
@@ -253,7 +254,7 @@ absl::Status Executor::Impl::AllocateState() {
       cpu_allocs.push_back(block);
     }
     kv[u.plan->layer] = KvLayer{.type = opts.kv_type, .k = block, .v = static_cast<uint8_t*>(block) + half,
-                                .n_ctx = opts.n_ctx, .row_elems = cfg.n_embd_kv()};
+                                .n_ctx = rows, .row_elems = cfg.n_embd_kv(), .ring = rows < opts.n_ctx};
   }
   return absl::OkStatus();
 }

@@ -405,17 +405,24 @@ absl::StatusOr<Plan> PartitionCounts(const Planner& pl, uint64_t capacity,
 // context that would, so the user need not search for it.
 absl::Status CheckKvFits(const PartitionInput& in, const std::vector<uint64_t>& caps) {
   if (in.host_ram_available == 0) return absl::OkStatus();  // unknown RAM: nothing to hold it against
-  uint64_t kv_per_position = 0;
-  for (const UnitSpec& u : in.units) kv_per_position += u.KvBytes(1, in.kv_elem_bytes);
-  if (kv_per_position == 0) return absl::OkStatus();
+  // Full-context layers grow with the context; windowed layers' rings stop growing at their window.
+  uint64_t kv_per_position = 0, need = 0, rings = 0;
+  for (const UnitSpec& u : in.units) {
+    need += u.KvBytes(in.n_ctx, in.kv_elem_bytes, in.prefill_batch);
+    if (u.kv_window > 0) {
+      rings += u.KvBytes(in.n_ctx, in.kv_elem_bytes, in.prefill_batch);
+    } else {
+      kv_per_position += u.KvBytes(1, in.kv_elem_bytes, in.prefill_batch);
+    }
+  }
+  if (need == 0) return absl::OkStatus();
   uint64_t room = in.host_ram_available;
   for (uint64_t cap : caps) room += cap;
-  const uint64_t need = kv_per_position * static_cast<uint64_t>(in.n_ctx);
   if (need <= room) return absl::OkStatus();
   const std::string where =
       in.devices.empty() ? Cat(FormatBytes(in.host_ram_available), " of RAM available")
                          : Cat(FormatBytes(room), " of VRAM cap and available RAM together");
-  const uint64_t largest = room / kv_per_position;
+  const uint64_t largest = kv_per_position == 0 || room < rings ? 0 : (room - rings) / kv_per_position;
   return absl::ResourceExhaustedError(Cat("-c ", in.n_ctx, " needs ", FormatBytes(need), " of KV cache but there is ",
                                           where, largest > 0 ? Cat("; the largest context that fits is -c ", largest)
                                                              : std::string("; no context fits")));

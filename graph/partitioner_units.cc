@@ -39,7 +39,10 @@ UnitSpec MakeUnit(const ModelSchema& model, UnitKind kind, int layer) {
       best = bytes;
     }
   }
-  if (kind == UnitKind::kAttn) u.n_embd_kv = model.cfg.n_embd_kv();
+  if (kind == UnitKind::kAttn) {
+    u.n_embd_kv = model.cfg.n_embd_kv();
+    if (model.cfg.is_swa(layer)) u.kv_window = model.cfg.n_swa;
+  }
   auto program = std::make_shared<UnitProgram>();
   program->arch = model.arch;
   program->cfg = model.cfg;

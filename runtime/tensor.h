@@ -30,13 +30,29 @@ struct WeightMatrix {
   size_t bytes() const { return static_cast<size_t>(rows) * row_stride; }
 };
 
-// One layer's cache: K and V each [n_ctx][row_elems] in F32 or F16, row_elems = n_head_kv * head_dim.
+// One layer's cache: K and V each [n_ctx][row_elems] in F32 or F16, row_elems = n_head_kv * head_dim. Position p
+// sits at row p, or, in a ring (a sliding-window layer's cache, which keeps only the rows a window still sees),
+// at row p % n_ctx: a batch of n tokens under a window w needs n_ctx >= w + n - 1, so that every row its queries
+// read is still there after its own keys are stored.
 struct KvLayer {
   DType type = DType::kF16;
   void* k = nullptr;
   void* v = nullptr;
-  int64_t n_ctx = 0;
+  int64_t n_ctx = 0;      // rows
   int64_t row_elems = 0;
+  bool ring = false;
+
+  int64_t Row(int64_t pos) const { return ring ? pos % n_ctx : pos; }
+  // Whether n_tok new rows from position pos0 fit (KvStore), and whether their queries, each seeing `window` keys
+  // (0: every earlier one), find all of them still here (Attention).
+  bool HoldsStore(int64_t pos0, int64_t n_tok) const {
+    return pos0 >= 0 && n_tok >= 0 && (ring ? n_tok <= n_ctx : pos0 + n_tok <= n_ctx);
+  }
+  bool HoldsAttention(int64_t pos0, int64_t n_tok, int window) const {
+    return HoldsStore(pos0, n_tok) && (!ring || (window > 0 && window + n_tok - 1 <= n_ctx));
+  }
+  // Rows from position `pos` on before the ring wraps to row 0 (all the rest without a ring).
+  int64_t RowsBeforeWrap(int64_t pos) const { return ring ? n_ctx - pos % n_ctx : n_ctx - pos; }
 };
 
 }  // namespace tandem

@@ -551,6 +551,11 @@ void SimBackend::KvStore(const KvLayer& kv, const float* k, const float* v, int6
       !CheckDevice(k, rows, "KvStore", "k") || !CheckDevice(v, rows, "KvStore", "v")) {
     return;
   }
+  if (!kv.HoldsStore(pos0, n_tok)) {
+    SetError(InvalidArgument(opts_.spec, ": KvStore: rows ", pos0, "..", pos0 + n_tok, " outside the cache of ",
+                             kv.n_ctx));
+    return;
+  }
   Compute("KvStore", 0, [=] { cpu::KvStore(kv, k, v, n_tok, pos0); });
 }
 
@@ -563,6 +568,11 @@ void SimBackend::Attention(const float* q, const KvLayer& kv, int64_t n_tok, int
       (p.sinks != nullptr && !CheckDevice(p.sinks, static_cast<size_t>(p.n_head) * sizeof(float), "Attention", "sinks"))) {
     return;
   }
+  if (!kv.HoldsAttention(pos0, n_tok, p.window)) {
+    SetError(InvalidArgument(opts_.spec, ": Attention: positions ", pos0, "..", pos0 + n_tok, " outside the cache of ",
+                             kv.n_ctx, kv.ring ? " (a ring)" : ""));
+    return;
+  }
   const size_t need = cpu::AttentionScratchBytes(kv.n_ctx, p.n_head, compute_threads_);
   if (workspace_ == nullptr || need > attention_scratch_bytes_) {
     SetError(FailedPrecondition(opts_.spec, ": Attention needs ", need, " bytes of workspace, ",
@@ -571,7 +581,8 @@ void SimBackend::Attention(const float* q, const KvLayer& kv, int64_t n_tok, int
   }
   void* scratch = static_cast<uint8_t*>(workspace_) + matmul_scratch_bytes_;
   // A GPU's attention is bound by reading the cached K and V rows, so that is what the throttle charges.
-  const uint64_t kv_read = 2ull * static_cast<uint64_t>(pos0 + n_tok) * kv.row_elems * (kv.type == DType::kF32 ? 4 : 2);
+  const int64_t rows_read = p.window > 0 ? std::min<int64_t>(p.window + n_tok - 1, pos0 + n_tok) : pos0 + n_tok;
+  const uint64_t kv_read = 2ull * static_cast<uint64_t>(rows_read) * kv.row_elems * (kv.type == DType::kF32 ? 4 : 2);
   Compute("Attention", kv_read, [=] { cpu::Attention(q, kv, n_tok, pos0, p, out, scratch); });
 }
 

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -225,6 +226,58 @@ void FastAttention(const float* q, const KvLayer& kv, int64_t n_tok, int64_t pos
   Attention(q, kv, n_tok, pos0, p, out, scratch.data());
 }
 const std::pair<const char*, AttentionFn> kBoth[] = {{"Attention", FastAttention}, {"AttentionRef", AttentionRef}};
+
+// A windowed layer's ring cache (KvLayer::ring) holds only window + batch - 1 rows: position p at row p % n_ctx.
+// Fed the same batches as a cache of every position, it gives the same bits on every ISA path, as the rows wrap
+// mid-batch and mid-window, over F32 and F16 caches (head_dim 64: the AVX-512 grouped path's too).
+TEST(AttentionOptions, RingCacheGivesTheFullCachesBits) {
+  const int window = 8, max_batch = 5, n_head = 8, head_dim = 64;
+  const int64_t ring_rows = window + max_batch - 1, n_total = 61;
+  const int batches[] = {1, 3, 5, 2, 1, 4, 5};
+  for (DType type : {DType::kF32, DType::kF16}) {
+    for (int n_head_kv : {2, 8}) {
+      SCOPED_TRACE(Cat(DTypeName(type), " kv heads ", n_head_kv));
+      const int64_t kv_row = static_cast<int64_t>(n_head_kv) * head_dim, q_row = int64_t{n_head} * head_dim;
+      const AttentionParams p{.n_head = n_head, .n_head_kv = n_head_kv, .head_dim = head_dim,
+                              .scale = 1.0f / std::sqrt(static_cast<float>(head_dim)), .window = window};
+      for (Isa isa : IsasHere()) {
+        SetIsa(isa);
+        Cache full(type, n_total, kv_row), ring(type, ring_rows, kv_row);
+        ring.layer.ring = true;
+        std::vector<uint8_t> scratch(AttentionScratchBytes(n_total, n_head, 0));
+        int64_t pos = 0;
+        for (int b = 0; pos < n_total; ++b) {
+          const int64_t n = std::min<int64_t>(batches[b % 7], n_total - pos);
+          const auto k = RandomNormal(static_cast<size_t>(n * kv_row), 100 + pos, 2.0f);
+          const auto v = RandomNormal(static_cast<size_t>(n * kv_row), 200 + pos);
+          const auto q = RandomNormal(static_cast<size_t>(n * q_row), 300 + pos, 2.0f);
+          KvStore(full.layer, k.data(), v.data(), n, pos);
+          KvStore(ring.layer, k.data(), v.data(), n, pos);
+          std::vector<float> want(q.size()), got(q.size()), ref(q.size());
+          Poison(want);
+          Poison(got);
+          Poison(ref);
+          Attention(q.data(), full.layer, n, pos, p, want.data(), scratch.data());
+          Attention(q.data(), ring.layer, n, pos, p, got.data(), scratch.data());
+          ASSERT_EQ(std::memcmp(want.data(), got.data(), got.size() * sizeof(float)), 0)
+              << "isa " << static_cast<int>(isa) << " at position " << pos;
+          AttentionRef(q.data(), ring.layer, n, pos, p, ref.data());
+          EXPECT_LT(Nmse(got, ref), type == DType::kF16 ? kTolF16 : kTolF32) << "at position " << pos;
+          pos += n;
+        }
+      }
+      SetIsa(DetectedIsa());
+    }
+  }
+  // A ring too small for its batch and window is refused before any row is read.
+  Cache small(DType::kF32, 4, 64);
+  small.layer.ring = true;
+  EXPECT_TRUE(small.layer.HoldsAttention(100, 1, 4));
+  EXPECT_FALSE(small.layer.HoldsAttention(100, 2, 4));
+  EXPECT_FALSE(small.layer.HoldsAttention(100, 1, 0));  // a ring needs a window
+  EXPECT_TRUE(small.layer.HoldsStore(1000, 4));
+  EXPECT_FALSE(small.layer.HoldsStore(1000, 5));
+}
 
 TEST(AttentionHand, WindowOfOneReturnsTheOwnValue) {
   // With window 1 a query sees only its own row, which gets probability 1: the output is that row's cached value.

@@ -4,6 +4,7 @@
 // The cache is filled by the GPU's own KvStore from the same rows the CPU cache gets.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -82,6 +83,46 @@ const Heads kShapes[] = {
     {4, 1, 256},   // one KV head, widest head
     {6, 2, 80},    // head_dim that is no power of two
 };
+
+// A windowed layer's ring cache (KvLayer::ring): batches stored and attended through a ring of window + batch - 1
+// rows give what the CPU gives over a cache of every position, as the ring wraps mid-batch.
+TEST_F(GpuAttentionTest, RingCacheMatchesTheCpusFullCache) {
+  const Heads h{8, 2, 64};
+  const int window = 8, max_batch = 5;
+  const int64_t row = static_cast<int64_t>(h.n_head_kv) * h.head_dim, q_row = int64_t{h.n_head} * h.head_dim;
+  const int64_t ring_rows = window + max_batch - 1, n_total = 41;
+  for (DType cache : {DType::kF32, DType::kF16}) {
+    SCOPED_TRACE(DTypeName(cache));
+    const size_t elem = cache == DType::kF32 ? 4 : 2;
+    std::vector<uint8_t> host_k(static_cast<size_t>(n_total * row) * elem), host_v(host_k.size());
+    KvLayer host{cache, host_k.data(), host_v.data(), n_total, row};
+    KvLayer dev{cache, AllocBytes(static_cast<size_t>(ring_rows * row) * elem),
+                AllocBytes(static_cast<size_t>(ring_rows * row) * elem), ring_rows, row, /*ring=*/true};
+    AttentionParams p{h.n_head, h.n_head_kv, h.head_dim, 1.0f / std::sqrt(static_cast<float>(h.head_dim))};
+    p.window = window;
+    for (int64_t pos = 0, b = 0; pos < n_total; ++b) {
+      const int64_t n = std::min<int64_t>((b * 3) % max_batch + 1, n_total - pos);
+      const std::vector<float> k = test::RandomNormal(static_cast<size_t>(n * row), 10 + pos, 1.5f);
+      const std::vector<float> v = test::RandomNormal(static_cast<size_t>(n * row), 20 + pos);
+      const std::vector<float> q = test::RandomNormal(static_cast<size_t>(n * q_row), 30 + pos, 1.5f);
+      cpu::KvStore(host, k.data(), v.data(), n, pos);
+      std::vector<float> ref(q.size());
+      cpu::AttentionRef(q.data(), host, n, pos, p, ref.data());
+      gpu().KvStore(dev, Upload(k), Upload(v), n, pos);
+      float* out = PoisonedFloats(q.size());
+      gpu().Attention(Upload(q), dev, n, pos, p, out);
+      ASSERT_TRUE(Error().ok());
+      EXPECT_LT(test::Nmse(Download(out, q.size()), ref), Tolerance(cache)) << "at position " << pos;
+      pos += n;
+    }
+  }
+  // A batch longer than the ring leaves room for is an error, not a read of overwritten rows.
+  KvLayer small{DType::kF32, AllocBytes(4 * 64 * 4), AllocBytes(4 * 64 * 4), 4, 64, /*ring=*/true};
+  AttentionParams p{1, 1, 64, 0.125f};
+  p.window = 4;
+  gpu().Attention(PoisonedFloats(2 * 64), small, 2, 10, p, PoisonedFloats(2 * 64));
+  EXPECT_EQ(Error().code(), absl::StatusCode::kInvalidArgument);
+}
 
 TEST_F(GpuAttentionTest, DecodeShortContext) {
   for (DType cache : {DType::kF32, DType::kF16}) {

@@ -97,7 +97,7 @@ TEST(CostModel, AttentionWork) {
   EXPECT_DOUBLE_EQ(w.attn_flops, 4.0 * 100 * 4 * 8);
   EXPECT_DOUBLE_EQ(w.weight_bytes_read, kAttnParams * 4 + 32 * 4);
   EXPECT_EQ(w.n_ops, 10);  // norm, q, k, v, rope k, cache store, rope q, attention, o, residual add
-  EXPECT_EQ(u.KvBytes(100, 2), 2u * 100 * 16 * 2);
+  EXPECT_EQ(u.KvBytes(100, 2, 512), 2u * 100 * 16 * 2);
 }
 
 // The last layer in prefill: every token is cached, only the live ones (those whose logits are asked for) go on.

@@ -280,5 +280,39 @@ INSTANTIATE_TEST_SUITE_P(RealModels, BosGreedyTest, ::testing::Values("stories26
                            return s;
                          });
 
+// gpt-oss's windowed layer keeps a ring of window + batch - 1 rows: with 4-token batches an 11-row ring for the
+// 8-key window, which the 27-token prompt and 32 greedy steps wrap five times. The logits and the greedy text are
+// llama.cpp's all the same; the plan counts the ring's bytes, not a full context's.
+TEST(GoldenRing, GptOssDecodesThroughItsWindowRing) {
+  const nlohmann::json g = test::ReadJson(DataPath("goldens/synth-gpt-oss.json"));
+  const std::vector<float> want_logits = test::ReadF32(DataPath("goldens/synth-gpt-oss.logits.f32.bin"));
+  EngineOptions eo{.model_path = test::SynthGoldenModel(g), .n_ctx = 256, .n_batch = 4, .kv_type = DType::kF32};
+  auto engine = Engine::Open(eo);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  Engine& e = **engine;
+  const ModelConfig& cfg = e.config();
+  ASSERT_TRUE(cfg.is_swa(0));
+  ASSERT_FALSE(cfg.is_swa(1));
+  uint64_t kv0 = 0, kv1 = 0;
+  for (const UnitPlan& u : e.plan().units) {
+    if (u.kind == UnitKind::kAttn) (u.layer == 0 ? kv0 : kv1) = u.kv_bytes;
+  }
+  EXPECT_EQ(kv0, 2ull * (cfg.n_swa + 4 - 1) * cfg.n_embd_kv() * 4);
+  EXPECT_EQ(kv1, 2ull * 256 * cfg.n_embd_kv() * 4);
+
+  const std::vector<int32_t> prompt = g["prompt_tokens"].get<std::vector<int32_t>>();
+  std::vector<float> last(cfg.n_vocab);
+  test::Poison(last);
+  ASSERT_TRUE(e.Prefill(prompt, 0, /*all_logits=*/false, last.data()).ok());
+  EXPECT_LT(test::Nmse(last, want_logits), 1e-10);
+  const std::vector<int32_t> want_greedy = g["greedy_tokens"].get<std::vector<int32_t>>();
+  for (size_t step = 0; step < want_greedy.size(); ++step) {
+    const int32_t id = Argmax(last);
+    ASSERT_EQ(id, want_greedy[step]) << "step " << step;
+    test::Poison(last);
+    ASSERT_TRUE(e.executor().Forward(std::span<const int32_t>(&id, 1), prompt.size() + step, 1, last.data()).ok());
+  }
+}
+
 }  // namespace
 }  // namespace tandem

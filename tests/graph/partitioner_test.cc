@@ -115,7 +115,7 @@ TEST(Partitioner, MixtralUnitsHaveTheExpectedBytes) {
   EXPECT_DOUBLE_EQ(WorkOf(in.units[1], 1, 0, 2).flops, 2.0 * (2.0 * 4096 * 4096 + 2.0 * 4096 * 1024));
   // The last layer's cache-only share of a 64-token prompt: wk and wv.
   EXPECT_DOUBLE_EQ(WorkOf(in.units[1], 64, 0, 2, /*n_live=*/0).flops, 2.0 * 64 * (2.0 * 4096 * 1024));
-  EXPECT_EQ(in.units[1].KvBytes(4096, 2), 2ull * 4096 * 1024 * 2);
+  EXPECT_EQ(in.units[1].KvBytes(4096, 2, 512), 2ull * 4096 * 1024 * 2);
   // Packed for the device, each tensor on a 256-byte boundary: the 16 KiB norm and the 128 KiB router already are.
   EXPECT_EQ(in.units[1].packed_bytes, in.units[1].weight_bytes);
   EXPECT_EQ(in.units[2].packed_bytes, in.units[2].weight_bytes);
