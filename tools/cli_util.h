@@ -15,6 +15,10 @@
 
 namespace tandem::cli {
 
+// The git commit this binary was built from: a short hash, "-dirty" when tracked files differed from it, or
+// "unknown" (cmake/build_info.cmake writes it at build time).
+extern const char kBuildCommit[];
+
 // The type holding most of a model file's tensor bytes, as llama-bench names a file by its main quantization.
 DType MainWeightType(const GgufFile& file);
 

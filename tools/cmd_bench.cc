@@ -186,7 +186,7 @@ int CmdBench(std::span<const std::string> argv) {
     nlohmann::json arr = nlohmann::json::array();
     for (const Row& row : rows) {
       const ThroughputResult& r = row.r;
-      arr.push_back({{"build_commit", TANDEM_VERSION},
+      arr.push_back({{"build_commit", std::string(kBuildCommit)},
                      {"model_filename", f.model},
                      {"model_type", model_type},
                      {"model_size", model_bytes},

@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (cmd == "--version") {
-    std::printf("tandem %s\n", TANDEM_VERSION);
+    std::printf("tandem %s (commit %s)\n", TANDEM_VERSION, kBuildCommit);
     return 0;
   }
   const std::vector<std::string> args(argv + 2, argv + argc);

@@ -34,6 +34,15 @@ TEST(Bench, ThreadListsRunEveryTestAtEachCount) {
     EXPECT_NEAR(std::accumulate(ts.begin(), ts.end(), 0.0) / 2, row["avg_ts"].get<double>(),
                 1e-6 * row["avg_ts"].get<double>());
     EXPECT_EQ(row["n_gpu_layers"], 0);  // CPU only
+    // llama-bench's build_commit is the git commit, as `tandem --version` prints it.
+    const std::string commit = row["build_commit"];
+    EXPECT_NE(RunCommand(TandemBin() + " --version").out.find("(commit " + commit + ")"), std::string::npos) << commit;
+    const test::CmdResult git = RunCommand("git -C " + test::DataPath("") + " rev-parse --short=9 HEAD");
+    if (git.exit_code == 0) {
+      EXPECT_EQ(commit.substr(0, 9), git.out.substr(0, 9));
+    } else {
+      EXPECT_EQ(commit, "unknown");
+    }
   }
   // All layers on a simulated GPU: llama-bench's n_gpu_layers counts them.
   const test::CmdResult gpu = RunCommand(TandemBin() + " bench -p 0 -n 4 -r 1 --no-probe --device sim:64MiB -ngl 99 -o json");
