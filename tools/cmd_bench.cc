@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "core/status.h"
 #include "graph/engine.h"
@@ -27,6 +28,15 @@ constexpr const char* kBenchUsage = R"(usage: tandem bench -m MODEL [-p N_PROMPT
 Defaults: -p 512 -n 128 -r 5 -b 512, -t the cores. -p 0 or -n 0 skips that test. Each -t value opens the model
 again with that many CPU threads and runs every test, as llama-bench does. Decode rows also show the weight bytes read per
 token as GB/s next to a streaming-read probe that reads about as many bytes before every token (--no-probe: none).
+The probe reads a 1 GiB buffer of its own, which adds 1 GiB to bench's peak RSS; --no-probe leaves it out.
+  -m, --model FILE        GGUF model (default: the bundled stories260K)
+  -p, --n-prompt N[,..]   prefill test lengths (default 512)
+  -n, --n-gen N[,..]      decode test lengths (default 128)
+  -r, --repetitions N     repetitions of each test (default 5)
+  -t, --threads N[,..]    CPU thread counts (default: all cores)
+  -b, --batch-size N      prefill batch (default 512)
+  -o, --output md|csv|json   the table's format (default md); json has llama-bench's keys
+  --no-probe              no read probe (no GB/s roof, and 1 GiB less RSS)
 )";
 
 struct BenchFlags {
@@ -164,6 +174,16 @@ int CmdBench(std::span<const std::string> argv) {
       }
     }
     const int n_threads = threads > 0 ? threads : omp_get_max_threads();
+    // A long prefill test is silent for a long time: say how long the plan expects, before it starts.
+    if (const double tps = e.plan().predicted_prefill_tps; tps > 0 && max_p > 0) {
+      double tokens = 0;
+      for (int p : f.n_prompt) tokens += static_cast<double>(p) * f.reps;
+      if (const double seconds = tokens / tps; seconds > 30) {
+        std::fprintf(stderr, "note: the prefill tests (%s tokens, %d repetitions each) take about %.0f s at the plan's "
+                             "predicted %.0f t/s, with %d threads\n",
+                     absl::StrJoin(f.n_prompt, ",").c_str(), f.reps, seconds, tps, n_threads);
+      }
+    }
     const std::string test_time = UtcNowIso8601();  // llama-bench's test_time
     ThroughputMeter meter(e, {.reps = f.reps, .max_prompt = std::max(max_p, 1), .probe = f.probe});
     auto add = [&](absl::StatusOr<ThroughputResult> r) -> absl::Status {
