@@ -220,7 +220,8 @@ int Run(bool quick) {
   {
     const int64_t pcols = 4096, prows = 4096, n_tok = 512;
     float* xp = DeviceNormals(gpu, static_cast<size_t>(n_tok * pcols));
-    for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K}) {
+    for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K,
+                    DType::kMXFP4}) {
       DeviceWeights dw;
       if (xp == nullptr || !MakeWeights(gpu, t, pcols, RowBytes(t, pcols) * prows, &dw)) return 1;
       const double s = TimePerCall(gpu, Stream::kCompute, 2, quick ? 5 : 20, [&] { gpu.MatMul(dw.w, xp, n_tok, y); });

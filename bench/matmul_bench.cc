@@ -102,6 +102,9 @@ std::vector<uint8_t> RandomWeights(DType type, int64_t rows, int64_t cols, uint6
       const uint16_t h = tandem::F32ToF16(0.01f * normal(rng));
       std::memcpy(w.data() + b * tr.block_bytes + off, &h, 2);
     }
+    // MXFP4's power-of-two scale byte: 2^-9..2^-6, not random exponents, whose subnormal and infinite products
+    // would time the FPU's slow paths instead of the kernel.
+    if (type == DType::kMXFP4) w[b * tr.block_bytes] = static_cast<uint8_t>(119 + rng() % 4);
   }
   return w;
 }
@@ -142,7 +145,7 @@ int main(int argc, char** argv) {
   int reps = 9;
   size_t probe_mib = 1024;
   std::vector<std::string> type_names = {"F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
-                                         "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"};
+                                         "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "MXFP4"};
   std::vector<int64_t> ntoks = {1, 8, 32, 512};
   // --layout packed: the CPU backend's repacked copy (repack.h) where the type has one; both: each type in the GGUF
   // layout, then packed, so the two meet the same minutes of the host's bandwidth swings.

@@ -6,7 +6,7 @@
 namespace tandem {
 namespace {
 
-constexpr std::array<DTypeTraits, 15> kTraits = {{
+constexpr std::array<DTypeTraits, 16> kTraits = {{
     {DType::kF32, "F32", 1, 4},
     {DType::kF16, "F16", 1, 2},
     {DType::kQ4_0, "Q4_0", kQK4_0, sizeof(BlockQ4_0)},
@@ -22,6 +22,7 @@ constexpr std::array<DTypeTraits, 15> kTraits = {{
     {DType::kQ6_K, "Q6_K", kQK_K, sizeof(BlockQ6_K)},
     {DType::kQ8_K, "Q8_K", kQK_K, sizeof(BlockQ8_K)},
     {DType::kBF16, "BF16", 1, 2},
+    {DType::kMXFP4, "MXFP4", kQKMXFP4, sizeof(BlockMXFP4)},
 }};
 
 }  // namespace
@@ -75,6 +76,14 @@ float F16ToF32(f16_t h) {
   } else {
     u = sign | (exp + 127 - 15) << 23 | mant << 13;
   }
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+float E8M0HalfToF32(uint8_t e) {
+  // 2^(e - 128): the exponent field e - 1 for e >= 2; below that the subnormals 2^-128 (bit 21) and 2^-127 (bit 22).
+  const uint32_t u = e < 2 ? 0x00200000u << e : static_cast<uint32_t>(e - 1) << 23;
   float f;
   std::memcpy(&f, &u, 4);
   return f;

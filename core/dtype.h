@@ -26,6 +26,7 @@ enum class DType : uint32_t {
   kQ6_K = 14,
   kQ8_K = 15,
   kBF16 = 30,
+  kMXFP4 = 39,  // OCP microscaling FP4 (gpt-oss's experts)
 };
 
 struct DTypeTraits {
@@ -67,6 +68,10 @@ inline bf16_t F32ToBf16(float f) {
 }
 float F16ToF32(f16_t h);
 f16_t F32ToF16(float f);  // round to nearest even
+// An MXFP4 block's E8M0 scale byte as the factor of kMxfp4Values (which are the E2M1 values doubled): 2^(e - 128),
+// ggml's ggml_e8m0_to_fp32_half. e = 0 and 1 give the float subnormals 2^-128 and 2^-127; e = 255, which the OCP
+// spec reserves for NaN, gives 2^127 as in ggml.
+float E8M0HalfToF32(uint8_t e);
 
 // ---- Block formats (GGUF on-disk layout) ----
 constexpr int kQK4_0 = 32;
@@ -75,6 +80,7 @@ constexpr int kQK5_0 = 32;
 constexpr int kQK5_1 = 32;
 constexpr int kQK8_0 = 32;
 constexpr int kQK8_1 = 32;
+constexpr int kQKMXFP4 = 32;
 constexpr int kQK_K = 256;           // super-block size of the K-quants
 constexpr int kKScaleSize = 12;      // packed 6-bit scales/mins of Q4_K and Q5_K
 
@@ -107,6 +113,10 @@ struct BlockQ8_1 {  // x = d * q; s = d * sum(q)
   f16_t d;
   f16_t s;
   int8_t qs[kQK8_1];
+};
+struct BlockMXFP4 {  // x = E8M0HalfToF32(e) * kMxfp4Values[q]; q[i] low nibble of qs[i], q[i+16] high nibble
+  uint8_t e;  // E8M0: a power of two, no sign or mantissa
+  uint8_t qs[kQKMXFP4 / 2];
 };
 struct BlockQ2_K {
   uint8_t scales[kQK_K / 16];  // 4-bit scale (low) and min (high) per 16 elements
@@ -146,12 +156,17 @@ struct BlockQ8_K {  // activation format of the K-quant dot products
 };
 #pragma pack(pop)
 
+// The values of an MXFP4 quant (E2M1: sign, 2 exponent bits, 1 mantissa bit), doubled so that they are integers
+// (ggml's kvalues_mxfp4); q = 8 is negative zero, which is 0 here.
+inline constexpr int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
 static_assert(sizeof(BlockQ4_0) == 18);
 static_assert(sizeof(BlockQ4_1) == 20);
 static_assert(sizeof(BlockQ5_0) == 22);
 static_assert(sizeof(BlockQ5_1) == 24);
 static_assert(sizeof(BlockQ8_0) == 34);
 static_assert(sizeof(BlockQ8_1) == 36);
+static_assert(sizeof(BlockMXFP4) == 17);
 static_assert(sizeof(BlockQ2_K) == 84);
 static_assert(sizeof(BlockQ3_K) == 110);
 static_assert(sizeof(BlockQ4_K) == 144);

@@ -99,6 +99,14 @@ void DequantQ8_1(const void* src, float* y, int64_t n) {
   }
 }
 
+void DequantMXFP4(const void* src, float* y, int64_t n) {
+  const auto* b = static_cast<const BlockMXFP4*>(src);
+  for (int64_t i = 0; i < n / kQKMXFP4; ++i, y += kQKMXFP4) {
+    const float d = E8M0HalfToF32(b[i].e);
+    for (int j = 0; j < kQKMXFP4; ++j) y[j] = static_cast<float>(kMxfp4Values[Nibble32(b[i].qs, j)]) * d;
+  }
+}
+
 // ---- K-quants (256-element super-blocks) ----
 //
 // Quant layout shared by Q2_K and Q3_K: the super-block is two halves of 128; in half h, the 2-bit field at
@@ -233,6 +241,7 @@ DequantFn DequantFor(DType type) {
     case DType::kQ5_K: return DequantQ5_K;
     case DType::kQ6_K: return DequantQ6_K;
     case DType::kQ8_K: return DequantQ8_K;
+    case DType::kMXFP4: return DequantMXFP4;
   }
   return nullptr;
 }
@@ -335,7 +344,8 @@ DType VecDotType(DType weight_type) {
     case DType::kBF16: return weight_type;
     case DType::kQ4_0:
     case DType::kQ5_0:
-    case DType::kQ8_0: return DType::kQ8_0;
+    case DType::kQ8_0:
+    case DType::kMXFP4: return DType::kQ8_0;
     case DType::kQ4_1:
     case DType::kQ5_1:
     case DType::kQ8_1: return DType::kQ8_1;

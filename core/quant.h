@@ -9,11 +9,12 @@
 namespace tandem {
 
 // x[0..n) = dequantized row. n must be a multiple of the type's block size.
-// Supports every type in DType (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K..Q6_K, Q8_K).
+// Supports every type in DType (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K..Q6_K, Q8_K, MXFP4).
 void DequantizeRow(DType type, const void* src, float* dst, int64_t n);
 
 // Weight quantizers (round-to-nearest with the usual scale search, good enough for synthetic models):
-// F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K. Returns Unimplemented for other types.
+// F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, and MXFP4 (bit for bit ggml's quantize_row_mxfp4_ref, which has
+// no search: both efforts are the same). Returns Unimplemented for other types.
 // kFast tries one round-to-nearest scale per block instead of searching: for synthetic benchmark models,
 // where the error does not matter but generating billions of weights must stay quick.
 enum class QuantizeEffort { kBest, kFast };
@@ -35,7 +36,7 @@ void QuantizeRowQ8_K(const float* x, BlockQ8_K* y, int64_t n);
 void KScaleMin(const uint8_t* scales, int j, int* scale, int* min);
 
 // The activation type a weight type's dot product runs against, as in llama.cpp's CPU backend:
-// F32 -> F32, F16 -> F16, BF16 -> BF16, Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 -> Q8_0 (Q8_1 for Q4_1/Q5_1),
+// F32 -> F32, F16 -> F16, BF16 -> BF16, Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/MXFP4 -> Q8_0 (Q8_1 for Q4_1/Q5_1),
 // K-quants -> Q8_K.
 DType VecDotType(DType weight_type);
 

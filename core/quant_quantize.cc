@@ -1,6 +1,7 @@
 // Weight quantizers: round-to-nearest with a small per-block scale search that minimises squared error. Not
 // bit-identical to llama-quantize, but the blocks decode with the standard decoders (the layouts are described
-// next to the decoders in quant.cc) and the error is comparable.
+// next to the decoders in quant.cc) and the error is comparable. MXFP4 is the exception: ggml's reference
+// quantizer has no search, and this one gives its bytes.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -163,6 +164,47 @@ void QuantQ4_0(const float* x, void* dst, int64_t n, bool search) {
   }
 }
 
+// ---- MXFP4: ggml's quantize_row_mxfp4_ref, bit for bit ----
+
+// The quant of v among a block's 16 levels: the nearest, the lowest q on ties (so ties go to the smaller
+// magnitude, and zero is q = 0, never the negative zero q = 8).
+int Mxfp4Quant(float v, const float* level) {
+  int best = 0;
+  float best_err = std::fabs(level[0] - v);
+  for (int q = 1; q < 16; ++q) {
+    const float err = std::fabs(level[q] - v);
+    if (err < best_err) {
+      best = q;
+      best_err = err;
+    }
+  }
+  return best;
+}
+
+// The scale is the power of two d = 2^(e - 128) with e = floor(log2(amax)) - 2 + 127, so amax lies in [8d, 16d)
+// and values beyond the top level 12d go to it; an all-zero block gets e = 0. log2f, not the exact exponent: just
+// below a power of two it rounds up, and ggml's e follows it (so the largest floats get 253). Where ggml's
+// conversion of that float to uint8 is undefined, e is clamped instead: amax below 2^-125 (e would be negative)
+// gets 0, an infinite amax 254 (255 is NaN in the OCP spec). NaN elements do not raise amax, as in ggml.
+// The levels k * d are exact, except that at e = 253 the top ones overflow to infinity as ggml's products do; they
+// are made with ldexp, not a product, so that no fused multiply-add (-march=native) can keep them finite.
+void QuantMXFP4(const float* x, void* dst, int64_t n, bool search) {
+  auto* b = static_cast<BlockMXFP4*>(dst);
+  for (int64_t i = 0; i < n / kQKMXFP4; ++i, x += kQKMXFP4) {
+    float amax = 0.0f;
+    for (int j = 0; j < kQKMXFP4; ++j) {
+      if (amax < std::fabs(x[j])) amax = std::fabs(x[j]);
+    }
+    const float e = amax > 0.0f ? std::floor(std::log2(amax)) - 2 + 127 : 0.0f;
+    b[i].e = static_cast<uint8_t>(std::clamp(e, 0.0f, 254.0f));
+    float level[16];
+    for (int q = 0; q < 16; ++q) level[q] = std::ldexp(static_cast<float>(kMxfp4Values[q]), b[i].e - 128);
+    for (int j = 0; j < kQKMXFP4 / 2; ++j) {
+      b[i].qs[j] = static_cast<uint8_t>(Mxfp4Quant(x[j], level) | Mxfp4Quant(x[j + kQKMXFP4 / 2], level) << 4);
+    }
+  }
+}
+
 // ---- K-quants ----
 
 // Packs 8 6-bit scales and mins in the Q4_K/Q5_K layout (see KScaleMin in quant.cc).
@@ -272,6 +314,7 @@ QuantFn QuantFor(DType type) {
     case DType::kBF16: return QuantBF16;
     case DType::kQ8_0: return QuantQ8_0;
     case DType::kQ4_0: return QuantQ4_0;
+    case DType::kMXFP4: return QuantMXFP4;
     case DType::kQ4_K: return QuantQ4_K;
     case DType::kQ5_K: return QuantQ5_K;
     case DType::kQ6_K: return QuantQ6_K;

@@ -24,6 +24,7 @@ int QuantOffset(DType wtype) {
   switch (wtype) {
     case DType::kQ4_0: return 8;
     case DType::kQ5_0: return 16;
+    case DType::kMXFP4: return kMxfp4Offset;
     default: return 0;
   }
 }

@@ -25,13 +25,13 @@ constexpr int64_t kMinParallelWork = 1 << 16;
 //   BF16:       n bf16 values.
 //   Q8_0, Q8_1: split for whole-cache-line loads: n int8 quants qs; n/32 float scales d (the fp16 block scale,
 //               widened); n/32 float s (Q8_1: the fp16 d * sum(q), widened; unused for Q8_0).
-//   Q8_0 for Q4_0 and Q5_0 weights ("nibble order"), whose quants come as 16 bytes of nibble pairs per block:
-//               qs is reordered within each group of 4 blocks (the last group may have fewer, g) to the low
-//               halves (elements 0..15) of the g blocks, then their high halves (16..31), so one register of
-//               low nibbles of 4 blocks meets one load of x. Then d and s as above, then n/8 int32 c:
+//   Q8_0 for Q4_0, Q5_0 and MXFP4 weights ("nibble order"), whose quants come as 16 bytes of nibble pairs
+//               per block: qs is reordered within each group of 4 blocks (the last group may have fewer, g)
+//               to the low halves (elements 0..15) of the g blocks, then their high halves (16..31), so one
+//               register of low nibbles of 4 blocks meets one load of x. Then d and s as above, then n/8 int32 c:
 //               c[4b + j] = -offset * (sum of x_b[4j..4j+3] and x_b[16+4j..16+4j+3]) for block b, with the
-//               weight type's offset (8, 16): a dot product of the unsigned weight quants that starts from c
-//               lands on the signed result, one int32 lane per j of each block.
+//               weight type's offset (8, 16; kMxfp4Offset below for MXFP4): a dot product of the unsigned
+//               weight quants that starts from c lands on the signed result, one int32 lane per j of each block.
 //   Q8_K:       n/256 BlockQ8_K, as stored.
 struct Act32 {
   const int8_t* qs;  // [n]
@@ -53,6 +53,21 @@ inline int64_t NibbleHalfOffset(int64_t nb, int64_t b, int h) {
   const int64_t g = nb - first < 4 ? nb - first : 4;  // blocks in the group
   return 32 * first + 16 * (h * g + (b - first));
 }
+}  // namespace
+
+// MXFP4 quants as the SIMD kernels multiply them: kMxfp4Values + kMxfp4Offset, in 0..24, so that they can be the
+// unsigned operand of the byte products; the c array of the nibble-order activations takes the offset off.
+constexpr int kMxfp4Offset = 12;
+namespace {
+struct Mxfp4Lut {
+  alignas(16) uint8_t v[16];
+};
+constexpr Mxfp4Lut MakeMxfp4Lut() {
+  Mxfp4Lut t{};
+  for (int q = 0; q < 16; ++q) t.v[q] = static_cast<uint8_t>(kMxfp4Values[q] + kMxfp4Offset);
+  return t;
+}
+constexpr Mxfp4Lut kMxfp4Lut = MakeMxfp4Lut();
 }  // namespace
 
 // Converts one float row to vec-dot type `vdt` in the layout above, less the nibble-order reordering and c array.

@@ -3,9 +3,9 @@
 //
 // Integer blocks use _mm256_maddubs_epi16 (unsigned x signed bytes -> pairs summed in int16), so one operand
 // must be unsigned: Q8_0 weights are made unsigned with the sign moved onto the activation (sign trick); Q4_0,
-// Q5_0 and K-quant weights are unsigned already and their offsets come back through activation sums (the c
-// array of the nibble-order activations of vec_dot.h, or the Q8_K bsums). The activation conversions at the
-// end are bit-identical to the core quantizers.
+// Q5_0 and K-quant weights are unsigned already, MXFP4's are looked up offset to unsigned, and their offsets come
+// back through activation sums (the c array of the nibble-order activations of vec_dot.h, or the Q8_K bsums).
+// The activation conversions at the end are bit-identical to the core quantizers.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -21,6 +21,13 @@ namespace {
 // Local scalar conversions: the inline ones of core/dtype.h, compiled here with AVX2 flags, could be merged
 // with the portable copies by the linker.
 float H(f16_t h) { return _cvtsh_ss(h); }
+// core's E8M0HalfToF32 (2^(e - 128), subnormal below e = 2), here so that the kernels need no call per block.
+float E8M0Half(uint8_t e) {
+  const uint32_t u = e < 2 ? 0x00200000u << e : static_cast<uint32_t>(e - 1) << 23;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
 float Bf16Value(bf16_t h) { return _mm_cvtss_f32(_mm_castsi128_ps(_mm_cvtsi32_si128(static_cast<int>(h) << 16))); }
 bf16_t ToBf16(float f) {
   uint32_t u;
@@ -156,12 +163,22 @@ __m256i HighBits32(uint32_t bits) {
 }
 __m128i HighBits16(uint32_t bits) { return _mm256_castsi256_si128(HighBits32(bits & 0xFFFF)); }
 
-// Q4_0 / Q5_0 against nibble-order activations (vec_dot.h): a block's low and high nibbles meet the two halves
-// of its x, which sit 16 * g bytes apart in a group of g blocks, and each int32 lane starts from the c array,
-// which takes the offset (8, 16) off. Two blocks per step, one at a time at the end of a 3- or 1-block group.
+// Q4_0 / Q5_0 / MXFP4 against nibble-order activations (vec_dot.h): a block's low and high nibbles meet the two
+// halves of its x, which sit 16 * g bytes apart in a group of g blocks, and each int32 lane starts from the c
+// array, which takes the offset (8, 16, kMxfp4Offset) off. MXFP4's nibbles become their doubled E2M1 values plus
+// the offset through one byte shuffle of a 16-entry table. Two blocks per step, one at a time at the end of a 3-
+// or 1-block group.
 template <class Block>
 struct NibbleK {
   static constexpr bool kFive = std::is_same_v<Block, BlockQ5_0>;
+  static constexpr bool kFp4 = std::is_same_v<Block, BlockMXFP4>;
+  static float Scale(const Block& b) {
+    if constexpr (kFp4) {
+      return E8M0Half(b.e);
+    } else {
+      return H(b.d);
+    }
+  }
 
   template <int NX>
   static void Run(int64_t n, const void* w, const void* x, size_t xs, float* out, size_t os) {
@@ -176,6 +193,7 @@ struct NibbleK {
     }
     const int64_t nb = n / 32;
     const __m256i low4 = _mm256_set1_epi8(0x0F);
+    const __m256i lut = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(kMxfp4Lut.v)));
     for (int64_t first = 0; first < nb; first += 4) {
       const int64_t g = std::min<int64_t>(4, nb - first);
       int64_t k = 0;
@@ -190,10 +208,14 @@ struct NibbleK {
           lo = _mm256_or_si256(lo, HighBits32((h0 & 0xFFFF) | h1 << 16));
           hi = _mm256_or_si256(hi, HighBits32(h0 >> 16 | (h1 >> 16) << 16));
         }
-        const float wd0 = H(b0.d), wd1 = H(b1.d);
+        if constexpr (kFp4) {
+          lo = _mm256_shuffle_epi8(lut, lo);
+          hi = _mm256_shuffle_epi8(lut, hi);
+        }
+        const float wd0 = Scale(b0), wd1 = Scale(b1);
         const int64_t lo_at = 32 * first + 16 * k, hi_at = lo_at + 16 * g, blk = first + k;
         for (int j = 0; j < NX; ++j) {
-          // Pair sums of both halves fit int16 (at most 2 * (2 * 31 * 127)).
+          // Pair sums of both halves fit int16 (at most 2 * (2 * 31 * 127); MXFP4's quants reach 24).
           const __m256i p16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, Load256(xb[j].qs + lo_at)),
                                                _mm256_maddubs_epi16(hi, Load256(xb[j].qs + hi_at)));
           const __m256i p = _mm256_add_epi32(WidenPairs(p16), Load256(xb[j].c + 4 * blk));
@@ -211,7 +233,11 @@ struct NibbleK {
           lo = _mm_or_si128(lo, HighBits16(h0));
           hi = _mm_or_si128(hi, HighBits16(h0 >> 16));
         }
-        const float wd = H(b0.d);
+        if constexpr (kFp4) {
+          lo = _mm_shuffle_epi8(_mm256_castsi256_si128(lut), lo);
+          hi = _mm_shuffle_epi8(_mm256_castsi256_si128(lut), hi);
+        }
+        const float wd = Scale(b0);
         const int64_t lo_at = 32 * first + 16 * k, hi_at = lo_at + 16 * g, blk = first + k;
         for (int j = 0; j < NX; ++j) {
           const __m128i p16 = _mm_add_epi16(_mm_maddubs_epi16(lo, Load128(xb[j].qs + lo_at)),
@@ -614,6 +640,7 @@ VecDotFn Avx2VecDot(DType wtype) {
     case DType::kQ5_0: return DispatchTokens<NibbleK<BlockQ5_0>>;
     case DType::kQ5_1: return DispatchTokens<AffineK<BlockQ5_1, true>>;
     case DType::kQ8_0: return DispatchTokens<Q8_0K>;
+    case DType::kMXFP4: return DispatchTokens<NibbleK<BlockMXFP4>>;
     case DType::kQ4_K: return DispatchTokens<Q45KK<BlockQ4_K, false>>;
     case DType::kQ5_K: return DispatchTokens<Q45KK<BlockQ5_K, true>>;
     case DType::kQ6_K: return DispatchTokens<Q6KK>;

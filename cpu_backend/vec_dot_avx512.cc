@@ -4,9 +4,9 @@
 //
 // Integer blocks: _mm512_dpbusd_epi32 multiplies unsigned by signed bytes and adds groups of 4 into int32 lanes
 // without saturation. Q8_0 weights are made unsigned with their sign moved onto the activation; Q4_0/Q5_0 quants
-// are unsigned already, and their activations come in nibble order with a c array (vec_dot.h) that each dpbusd
-// lane starts from, which makes the sum signed. K-quants go through _mm512_maddubs_epi16 and
-// _mm512_dpwssd_epi32, which folds in the sub-block scale in the same step.
+// are unsigned already and MXFP4's are looked up offset to unsigned, and their activations come in nibble order
+// with a c array (vec_dot.h) that each dpbusd lane starts from, which makes the sum signed. K-quants go through
+// _mm512_maddubs_epi16 and _mm512_dpwssd_epi32, which folds in the sub-block scale in the same step.
 
 // GCC 12's AVX-512 headers build some results from a deliberately uninitialized register (_mm512_undefined_*),
 // which -Wuninitialized then reports inside the header after inlining; the values are fully defined.
@@ -126,6 +126,15 @@ __m128 FourScales(f16_t d0, f16_t d1, f16_t d2, f16_t d3) {
   const __m128i v = _mm_insert_epi16(_mm_insert_epi16(_mm_insert_epi16(_mm_cvtsi32_si128(d0), d1, 1), d2, 2), d3, 3);
   return _mm_cvtph_ps(v);
 }
+// core's E8M0HalfToF32 for four MXFP4 scale bytes: 2^(e - 128), the exponent field e - 1, or for e < 2 the
+// subnormals 2^-128 and 2^-127 (bit 21 shifted by e).
+__m128 FourE8M0Half(uint8_t e0, uint8_t e1, uint8_t e2, uint8_t e3) {
+  const __m128i e = _mm_setr_epi32(e0, e1, e2, e3);
+  const __m128i normal = _mm_slli_epi32(_mm_sub_epi32(e, _mm_set1_epi32(1)), 23);
+  const __m128i subnormal = _mm_sllv_epi32(_mm_set1_epi32(0x00200000), e);
+  return _mm_castsi128_ps(_mm_mask_blend_epi32(_mm_cmplt_epi32_mask(e, _mm_set1_epi32(2)), normal, subnormal));
+}
+float E8M0Half(uint8_t e) { return _mm_cvtss_f32(FourE8M0Half(e, 0, 0, 0)); }
 
 // Blocks i, i + 1 of signed weights q (lanes 0..31, 32..63) with scales wd (lanes 0, 1):
 // acc[j] += per-block wd * xd * sum(q * x_j). |q| goes in as the unsigned operand, q's sign onto x.
@@ -192,13 +201,30 @@ struct Q8_0K {
   }
 };
 
-// Q4_0 / Q5_0 against nibble-order activations (vec_dot.h). Four blocks per step: one register holds the low
-// nibbles of the four (meeting one 64-byte load of x), one the high nibbles (the next 64 bytes), and each int32
-// lane of dpbusd starts from the c array, which takes the offset (8, 16) off; lanes 4k..4k+3 belong to block k.
-// A last group of fewer than 4 blocks goes one block at a time, its halves 16 * g bytes apart.
+// Q4_0 / Q5_0 / MXFP4 against nibble-order activations (vec_dot.h). Four blocks per step: one register holds the
+// low nibbles of the four (meeting one 64-byte load of x), one the high nibbles (the next 64 bytes), and each
+// int32 lane of dpbusd starts from the c array, which takes the offset (8, 16, kMxfp4Offset) off; lanes
+// 4k..4k+3 belong to block k. MXFP4's nibbles become their doubled E2M1 values plus the offset through a byte
+// shuffle of a 16-entry table (the same in each 128-bit lane). A last group of fewer than 4 blocks goes one block
+// at a time, its halves 16 * g bytes apart.
 template <class Block>
 struct NibbleK {
   static constexpr bool kFive = std::is_same_v<Block, BlockQ5_0>;
+  static constexpr bool kFp4 = std::is_same_v<Block, BlockMXFP4>;
+  static __m128 Scales(const Block* b) {
+    if constexpr (kFp4) {
+      return FourE8M0Half(b[0].e, b[1].e, b[2].e, b[3].e);
+    } else {
+      return FourScales(b[0].d, b[1].d, b[2].d, b[3].d);
+    }
+  }
+  static float Scale(const Block& b) {
+    if constexpr (kFp4) {
+      return E8M0Half(b.e);
+    } else {
+      return H(b.d);
+    }
+  }
   // Software prefetch this far ahead (288 bytes of Q4_0) measured a little faster from DRAM than the hardware
   // prefetcher alone.
   static constexpr int kPrefetchBlocks = 16;
@@ -216,6 +242,7 @@ struct NibbleK {
     }
     const int64_t nb = n / 32;
     const __m512i low4 = _mm512_set1_epi8(0x0F), bit4 = _mm512_set1_epi8(0x10);
+    const __m512i lut = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(kMxfp4Lut.v)));
     const __m512i spread4 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
     int64_t first = 0;
     for (; first + 4 <= nb; first += 4) {
@@ -235,7 +262,11 @@ struct NibbleK {
         lo = _mm512_mask_add_epi8(lo, lo_bits, lo, bit4);
         hi = _mm512_mask_add_epi8(hi, hi_bits, hi, bit4);
       }
-      const __m128 wd = FourScales(b[0].d, b[1].d, b[2].d, b[3].d);
+      if constexpr (kFp4) {
+        lo = _mm512_shuffle_epi8(lut, lo);
+        hi = _mm512_shuffle_epi8(lut, hi);
+      }
+      const __m128 wd = Scales(b);
       for (int j = 0; j < NX; ++j) {
         const int8_t* xq = xb[j].qs + 32 * first;
         __m512i dot = _mm512_dpbusd_epi32(Load512(xb[j].c + 4 * first), lo, Load512(xq));
@@ -256,7 +287,11 @@ struct NibbleK {
         lo = _mm_mask_add_epi8(lo, static_cast<__mmask16>(qh & 0xFFFF), lo, _mm512_castsi512_si128(bit4));
         hi = _mm_mask_add_epi8(hi, static_cast<__mmask16>(qh >> 16), hi, _mm512_castsi512_si128(bit4));
       }
-      const float wd = H(b0.d);
+      if constexpr (kFp4) {
+        lo = _mm_shuffle_epi8(_mm512_castsi512_si128(lut), lo);
+        hi = _mm_shuffle_epi8(_mm512_castsi512_si128(lut), hi);
+      }
+      const float wd = Scale(b0);
       const int64_t lo_at = 32 * first + 16 * k, hi_at = lo_at + 16 * g, blk = first + k;
       for (int j = 0; j < NX; ++j) {
         __m128i dot = _mm_dpbusd_epi32(Load128(xb[j].c + 4 * blk), lo, Load128(xb[j].qs + lo_at));
@@ -446,6 +481,7 @@ VecDotFn Avx512VecDot(DType wtype) {
     case DType::kQ4_0: return DispatchTokens<NibbleK<BlockQ4_0>>;
     case DType::kQ5_0: return DispatchTokens<NibbleK<BlockQ5_0>>;
     case DType::kQ8_0: return DispatchTokens<Q8_0K>;
+    case DType::kMXFP4: return DispatchTokens<NibbleK<BlockMXFP4>>;
     case DType::kQ4_1: return DispatchTokens<AffineK<BlockQ4_1, false>>;
     case DType::kQ5_1: return DispatchTokens<AffineK<BlockQ5_1, true>>;
     case DType::kQ4_K: return DispatchTokens<Q45KK<BlockQ4_K, false>>;

@@ -114,6 +114,22 @@ float DotQ5_1(int64_t n, const void* w, const void* x) {
   return s;
 }
 
+// MXFP4: nibbles as Q4_0's, looked up as the doubled E2M1 values; the activations are in nibble order.
+float DotMXFP4(int64_t n, const void* w, const void* x) {
+  const auto* a = static_cast<const BlockMXFP4*>(w);
+  const Act32 b = ViewAct32(x, n);
+  float s = 0.0f;
+  int8_t q[32];
+  for (int64_t i = 0; i < n / 32; ++i) {
+    for (int j = 0; j < 16; ++j) {
+      q[j] = kMxfp4Values[a[i].qs[j] & 0xF];
+      q[j + 16] = kMxfp4Values[a[i].qs[j] >> 4];
+    }
+    s += E8M0HalfToF32(a[i].e) * b.d[i] * static_cast<float>(DotNibbleOrder(q, b, n / 32, i));
+  }
+  return s;
+}
+
 float DotQ8_0(int64_t n, const void* w, const void* x) {
   const auto* a = static_cast<const BlockQ8_0*>(w);
   const Act32 b = ViewAct32(x, n);
@@ -280,6 +296,7 @@ VecDotFn ScalarVecDot(DType wtype) {
     case DType::kQ5_0: return ForEachToken<DotQ5_0>;
     case DType::kQ5_1: return ForEachToken<DotQ5_1>;
     case DType::kQ8_0: return ForEachToken<DotQ8_0>;
+    case DType::kMXFP4: return ForEachToken<DotMXFP4>;
     case DType::kQ2_K: return ForEachToken<DotQ2_K>;
     case DType::kQ3_K: return ForEachToken<DotQ3_K>;
     case DType::kQ4_K: return ForEachToken<DotQ4_K>;

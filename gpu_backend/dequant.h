@@ -5,7 +5,7 @@
 //
 // Compiled by nvcc for the device and by the host compiler for tests; the math is the same float expression on
 // both. Block layouts are those of core/dtype.h. Rows must be 2-byte aligned (4 for Q8_K): 16-bit fields are
-// loaded whole.
+// loaded whole. MXFP4's 17-byte blocks put its quants at any address, so it loads bytes and needs no alignment.
 #pragma once
 
 #include <cstddef>
@@ -78,6 +78,12 @@ TANDEM_UNROLL
   }
 }
 
+// Eight consecutive bytes at any address.
+TANDEM_HD void Load8BytesAnyAlign(const uint8_t* p, uint8_t b[8]) {
+TANDEM_UNROLL
+  for (int i = 0; i < 8; ++i) b[i] = p[i];
+}
+
 // ---- Per-type facts: elements and bytes per block ----
 template <DType T>
 struct BlockInfo;
@@ -110,6 +116,11 @@ template <>
 struct BlockInfo<DType::kQ8_1> {
   static constexpr int kElems = kQK8_1;
   static constexpr int kBytes = sizeof(BlockQ8_1);
+};
+template <>
+struct BlockInfo<DType::kMXFP4> {
+  static constexpr int kElems = kQKMXFP4;
+  static constexpr int kBytes = sizeof(BlockMXFP4);
 };
 template <>
 struct BlockInfo<DType::kQ2_K> {
@@ -225,6 +236,42 @@ TANDEM_HD void Dequant8<DType::kQ8_1>(const uint8_t* b, int piece, float v[8]) {
 template <>
 TANDEM_HD void Dequant8<DType::kQ8_K>(const uint8_t* b, int piece, float v[8]) {
   Int8x8(b + 4 + 8 * piece, LoadF32(b), v);
+}
+
+// MXFP4's scale byte as the factor of the doubled E2M1 values: core's E8M0HalfToF32, 2^(e - 128).
+TANDEM_HD float E8M0Half(uint8_t e) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(e < 2 ? 0x00200000u << e : static_cast<uint32_t>(e - 1) << 23);
+#else
+  return E8M0HalfToF32(e);
+#endif
+}
+
+// kMxfp4Values[q] (core/dtype.h) from two 64-bit words, so that device code needs no table in memory.
+constexpr uint64_t kMxfp4ValuesLo = 0x0C08060403020100ull;  // q = 0..7: 0, 1, 2, 3, 4, 6, 8, 12
+constexpr uint64_t kMxfp4ValuesHi = 0xF4F8FAFCFDFEFF00ull;  // q = 8..15: the same, negated (0 for -0)
+TANDEM_HD int Mxfp4Value(int q) {
+  const uint64_t w = q < 8 ? kMxfp4ValuesLo : kMxfp4ValuesHi;
+  return static_cast<int8_t>(static_cast<uint8_t>(w >> (8 * (q & 7))));
+}
+constexpr bool Mxfp4WordsMatchCore() {
+  for (int q = 0; q < 16; ++q) {
+    const uint64_t w = q < 8 ? kMxfp4ValuesLo : kMxfp4ValuesHi;
+    if (static_cast<int8_t>(static_cast<uint8_t>(w >> (8 * (q & 7)))) != kMxfp4Values[q]) return false;
+  }
+  return true;
+}
+static_assert(Mxfp4WordsMatchCore());
+
+// MXFP4: the nibbles as in Q4_0 (element j < 16 the low nibble of qs[j], j >= 16 the high nibble of qs[j - 16]).
+template <>
+TANDEM_HD void Dequant8<DType::kMXFP4>(const uint8_t* b, int piece, float v[8]) {
+  const float d = E8M0Half(b[0]);
+  uint8_t q[8];
+  Load8BytesAnyAlign(b + 1 + 8 * (piece & 1), q);
+  const int shift = (piece >> 1) * 4;
+TANDEM_UNROLL
+  for (int i = 0; i < 8; ++i) v[i] = static_cast<float>(Mxfp4Value((q[i] >> shift) & 0xf)) * d;
 }
 
 // K-quants with 16-element groups (Q2_K, Q3_K): group g = element / 16 lies in half h = g / 8 of the block and
@@ -390,6 +437,8 @@ inline size_t RowAlignment(DType t) {
     case DType::kF32:
     case DType::kQ8_K:
       return 4;
+    case DType::kMXFP4:
+      return 1;
     default:
       return 2;
   }
@@ -410,6 +459,7 @@ inline bool IsQuantized(DType t) {
     case DType::kQ5_K:
     case DType::kQ6_K:
     case DType::kQ8_K:
+    case DType::kMXFP4:
       return true;
     default:
       return false;
@@ -437,6 +487,7 @@ bool DispatchQuantized(DType t, F&& f) {
     TANDEM_DISPATCH_CASE(DType::kQ5_K)
     TANDEM_DISPATCH_CASE(DType::kQ6_K)
     TANDEM_DISPATCH_CASE(DType::kQ8_K)
+    TANDEM_DISPATCH_CASE(DType::kMXFP4)
 #undef TANDEM_DISPATCH_CASE
     default:
       return false;

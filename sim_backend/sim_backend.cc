@@ -35,7 +35,7 @@ void* AlignedAlloc(size_t bytes) {
 // Weight types whose matmul scratch the workspace must cover (what cpu::MatMul runs).
 constexpr DType kMatMulTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ4_0, DType::kQ4_1,
                                   DType::kQ5_0, DType::kQ5_1, DType::kQ8_0, DType::kQ2_K, DType::kQ3_K,
-                                  DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+                                  DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kMXFP4};
 
 absl::StatusOr<uint64_t> ParseBytes(std::string_view s) {
   std::string t = absl::AsciiStrToLower(absl::string_view(s.data(), s.size()));

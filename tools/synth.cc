@@ -282,7 +282,8 @@ absl::StatusOr<SynthWritten> WriteSyntheticModel(const SynthOptions& o) {
   std::vector<GgufKV> kv;
   const uint32_t file_type = o.mix ? QuantMixFileType(*o.mix) : o.type == DType::kF32 ? 0 : o.type == DType::kF16 ? 1 : o.type == DType::kQ4_0 ? 2
                            : o.type == DType::kQ8_0 ? 7 : o.type == DType::kQ4_K ? 15 : o.type == DType::kQ5_K ? 17
-                           : o.type == DType::kQ6_K ? 18 : o.type == DType::kBF16 ? 32 : 0;
+                           : o.type == DType::kQ6_K ? 18 : o.type == DType::kBF16 ? 32
+                           : o.type == DType::kMXFP4 ? 38 : 0;  // llama.cpp's LLAMA_FTYPE_MOSTLY_MXFP4_MOE
   kv.push_back({"general.architecture", GgufStr(c.arch)});
   kv.push_back({"general.name", GgufStr(Cat("tandem-synth-", o.shape, "-", o.n_layer, "L-",
                                             o.mix ? QuantMixName(*o.mix) : DTypeName(o.type)))});

@@ -35,7 +35,7 @@ TEST(CpuBackend, Basics) {
   EXPECT_FALSE(b->name().empty());
   for (int i = 0; i < kNumOps; ++i) {
     const Op op = static_cast<Op>(i);
-    for (DType t : {DType::kF32, DType::kF16, DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K}) {
+    for (DType t : {DType::kF32, DType::kF16, DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K, DType::kMXFP4}) {
       EXPECT_TRUE(b->Supports(op, t));
     }
   }
@@ -101,7 +101,7 @@ TEST(CpuBackend, WorkspaceIsCountedAndReplaced) {
   const size_t first = b->bytes_in_use();
   // Room for the widest matmul's activations in any weight type's dot-product format, plus a score row per thread.
   const size_t attention = cpu::AttentionScratchBytes(512, 32, omp_get_max_threads());
-  for (DType t : {DType::kF32, DType::kF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K}) {
+  for (DType t : {DType::kF32, DType::kF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K, DType::kMXFP4}) {
     EXPECT_GE(first, cpu::MatMulScratchBytes(t, 4096, 8) + attention) << DTypeName(t);
   }
   // Reserving again replaces the workspace instead of adding to it.

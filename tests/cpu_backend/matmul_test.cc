@@ -2,6 +2,7 @@
 // float64 product; thread-count independence; scratch bounds.
 #include <omp.h>
 
+#include <cmath>
 #include <cstddef>
 #include <cstring>
 #include <map>
@@ -26,7 +27,7 @@ using test::RandomNormal;
 
 const DType kWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ4_0, DType::kQ4_1,
                               DType::kQ5_0, DType::kQ5_1, DType::kQ8_0, DType::kQ2_K, DType::kQ3_K,
-                              DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+                              DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kMXFP4};
 
 // Fast vs reference NMSE over all outputs of all shapes of one (type, ISA). Both see the same rounded operands,
 // so what is left is float (fast) vs double (reference) accumulation order, plus for Q4_1/Q5_1 the fp16-rounded
@@ -34,12 +35,13 @@ const DType kWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::k
 // The SIMD K-quant kernels convert per-lane integer sums to float before adding lanes, a little looser than the
 // scalar per-block integer sums. Measured on Zen 4, worst of scalar / AVX2 / AVX-512, all shapes together:
 // F32 6e-13, F16 5e-13, BF16 1.2e-13 (the scalar loops; SIMD <= 4e-14), Q4_0/Q5_0/Q8_0 <= 2.3e-14,
-// Q4_1 1.2e-9, Q5_1 2.6e-10, Q2_K/Q3_K <= 3.1e-14, Q4_K/Q5_K/Q6_K <= 9e-14 (the test prints them).
+// Q4_1 1.2e-9, Q5_1 2.6e-10, Q2_K/Q3_K <= 3.1e-14, Q4_K/Q5_K/Q6_K <= 9e-14 (the test prints them); MXFP4 on the
+// Intel host 1.5e-14 (scalar; AVX2 and AVX-512 <= 3.1e-15).
 const std::map<DType, double> kTol = {
     {DType::kF32, 1e-11},  {DType::kF16, 1e-11},  {DType::kBF16, 1e-11}, {DType::kQ4_0, 1e-11},
     {DType::kQ4_1, 1e-8},  {DType::kQ5_0, 1e-11}, {DType::kQ5_1, 1e-8},  {DType::kQ8_0, 1e-11},
     {DType::kQ2_K, 1e-10}, {DType::kQ3_K, 1e-10}, {DType::kQ4_K, 1e-10}, {DType::kQ5_K, 1e-10},
-    {DType::kQ6_K, 1e-10},
+    {DType::kQ6_K, 1e-10}, {DType::kMXFP4, 1e-11},
 };
 // Each shape alone: a shape with a single output whose terms nearly cancel has a larger relative error than the
 // whole set (measured worst: 9e-11 for a 1x512 Q6_K product on AVX2, 2.5e-8 for Q5_1), so the per-shape bound is
@@ -496,9 +498,9 @@ TEST(MatMulActivations, SimdConversionMatchesPortable) {
   if (DetectedIsa() < Isa::kAvx2) GTEST_SKIP() << "no SIMD conversion on this CPU";
   const int64_t n = 5 * 256 * 2;
   const std::vector<float> x = AwkwardActivations(n, 11);
-  // One weight type per activation layout: F16, BF16, Q8_0, Q8_0 with the c array (Q4_0, Q5_0), Q8_1, Q8_K.
-  for (DType wtype : {DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kQ4_1,
-                      DType::kQ4_K}) {
+  // One weight type per activation layout: F16, BF16, Q8_0, Q8_0 with the c array (Q4_0, Q5_0, MXFP4), Q8_1, Q8_K.
+  for (DType wtype : {DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kMXFP4,
+                      DType::kQ4_1, DType::kQ4_K}) {
     for (int64_t len : {n, int64_t{256}, int64_t{32 * 3}}) {
       if (len % Traits(wtype).block_elems != 0) continue;
       const size_t bytes = internal::ActivationRowBytes(wtype, len);
@@ -556,11 +558,13 @@ TEST(MatMulActivations, PortableConversionIsTheCoreQuantizer) {
     EXPECT_EQ(view.s[b], F16ToF32(core[b].s)) << "block " << b;
   }
 
-  // Q4_0 weights: nibble order, checked on a row whose last group has 3 blocks.
+  // Q4_0 and MXFP4 weights: nibble order, checked on a row whose last group has 3 blocks; c takes off the
+  // offset their SIMD kernels add (8, kMxfp4Offset).
+  for (const auto& [wtype, offset] : {std::pair{DType::kQ4_0, 8}, std::pair{DType::kMXFP4, internal::kMxfp4Offset}})
   for (int64_t len : {n, int64_t{n - 32}}) {
     const int64_t nb = len / 32;
-    std::vector<uint8_t> q4(internal::ActivationRowBytes(DType::kQ4_0, len));
-    internal::QuantizeActivationRow(DType::kQ4_0, x.data(), q4.data(), len, Isa::kScalar);
+    std::vector<uint8_t> q4(internal::ActivationRowBytes(wtype, len));
+    internal::QuantizeActivationRow(wtype, x.data(), q4.data(), len, Isa::kScalar);
     std::vector<BlockQ8_0> core0(static_cast<size_t>(nb));
     QuantizeRowQ8_0(x.data(), core0.data(), len);
     const internal::Act32 view0 = internal::ViewAct32(q4.data(), len);
@@ -574,7 +578,7 @@ TEST(MatMulActivations, PortableConversionIsTheCoreQuantizer) {
         const int8_t* q = core0[b].qs;
         const int sum = q[4 * j] + q[4 * j + 1] + q[4 * j + 2] + q[4 * j + 3] + q[16 + 4 * j] + q[17 + 4 * j] +
                         q[18 + 4 * j] + q[19 + 4 * j];
-        EXPECT_EQ(view0.c[4 * b + j], -8 * sum) << "block " << b << " lane " << j;
+        EXPECT_EQ(view0.c[4 * b + j], -offset * sum) << DTypeName(wtype) << " block " << b << " lane " << j;
       }
     }
   }
@@ -613,6 +617,78 @@ TEST(MatMulHandBuilt, Q8_0Identity) {
         EXPECT_EQ(y[t * rows + r], 2.0f * (t + 1) - (r == 3 ? 128.0f * 127.0f : 0.0f)) << IsaName(isa);
       }
     }
+  }
+  SetIsa(Isa::kAvx512);
+}
+
+// Hand-built MXFP4 rows whose products are exact: x is integers with 127 in each block (Q8_0 scale exactly 1, quants
+// the values), so y = sum over blocks of 2^(e - 128) * sum(kMxfp4Values[q] * x), exact in float on every ISA. Rows
+// of 4 blocks (one nibble-order group) and of 7 (a group and a 3-block tail, which the SIMD kernels walk one block
+// at a time); row 2's scales are the subnormals 2^-128 and 2^-127 (e = 0, 1), row 3's the largest used, 2^100.
+TEST(MatMulHandBuilt, Mxfp4Exact) {
+  for (int64_t nb : {4, 7}) {
+    constexpr int64_t rows = 4, n_tok = 3;
+    const int64_t cols = 32 * nb;
+    std::vector<BlockMXFP4> w(static_cast<size_t>(rows * nb));
+    std::vector<float> x(static_cast<size_t>(cols * n_tok));
+    for (int64_t t = 0; t < n_tok; ++t) {
+      for (int64_t i = 0; i < cols; ++i) {
+        x[t * cols + i] = i % 32 == 5 ? 127.0f : static_cast<float>((i * 7 + t * 3) % 61 - 30);
+      }
+    }
+    std::vector<double> want(static_cast<size_t>(rows * n_tok), 0.0);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t b = 0; b < nb; ++b) {
+        BlockMXFP4& blk = w[r * nb + b];
+        blk.e = static_cast<uint8_t>(r == 2 ? b % 2 : r == 3 ? 228 : 125 + (r + b) % 5);
+        for (int j = 0; j < 16; ++j) {
+          blk.qs[j] = static_cast<uint8_t>((r * 5 + b * 3 + j) % 16 | ((j * 11 + b) % 16) << 4);
+        }
+        for (int64_t t = 0; t < n_tok; ++t) {
+          int64_t sum = 0;
+          for (int j = 0; j < 32; ++j) {
+            const int q = j < 16 ? blk.qs[j] & 0xF : blk.qs[j - 16] >> 4;
+            sum += kMxfp4Values[q] * static_cast<int64_t>(x[t * cols + 32 * b + j]);
+          }
+          want[t * rows + r] += std::ldexp(static_cast<double>(sum), blk.e - 128);
+        }
+      }
+    }
+    const WeightMatrix m{DType::kMXFP4, w.data(), rows, cols, static_cast<size_t>(nb) * sizeof(BlockMXFP4)};
+    for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+      if (isa > DetectedIsa()) continue;
+      SetIsa(isa);
+      const std::vector<float> y = RunMatMul(m, x, n_tok);
+      for (size_t i = 0; i < y.size(); ++i) {
+        ASSERT_EQ(static_cast<double>(y[i]), want[i]) << IsaName(isa) << " blocks " << nb << " output " << i;
+        ASSERT_NE(y[i], 0.0f) << "a row whose value happens to be 0 tests nothing";
+      }
+    }
+    SetIsa(Isa::kAvx512);
+  }
+}
+
+// MXFP4 blocks of random bytes with every scale byte from 0 to 200 (subnormal 2^-128 up to 2^72), on every ISA,
+// against the reference: the scale arithmetic of each kernel over the whole exponent range the products stay
+// finite in. The outputs are dominated by their largest blocks, so the bound is that of the Gaussian grid.
+TEST(MatMulMxfp4, EveryExponentMatchesReference) {
+  const int64_t rows = 67, cols = 32 * 45, n_tok = 6;
+  std::vector<BlockMXFP4> w(static_cast<size_t>(rows * cols / 32));
+  std::mt19937_64 rng(39);
+  for (size_t i = 0; i < w.size(); ++i) {
+    w[i].e = static_cast<uint8_t>(i % 201);
+    for (uint8_t& q : w[i].qs) q = static_cast<uint8_t>(rng());
+  }
+  const WeightMatrix m{DType::kMXFP4, w.data(), rows, cols, static_cast<size_t>(cols / 32) * sizeof(BlockMXFP4)};
+  const std::vector<float> x = RandomNormal(static_cast<size_t>(cols * n_tok), 40);
+  const std::vector<float> ref = RunRef(m, x, n_tok);
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    if (isa > DetectedIsa()) continue;
+    SetIsa(isa);
+    const std::vector<float> y = RunMatMul(m, x, n_tok);
+    const double e = Nmse(y, ref);
+    std::printf("  MXFP4/%s, every exponent: NMSE vs reference %.3g\n", IsaName(isa).c_str(), e);
+    EXPECT_LT(e, kTol.at(DType::kMXFP4)) << IsaName(isa);
   }
   SetIsa(Isa::kAvx512);
 }

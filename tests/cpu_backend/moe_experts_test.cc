@@ -1,7 +1,8 @@
 // MoeExperts through the CPU backend (runtime/ops.h's MoeExpertsArgs): every activation, with and without biases,
-// the routing weight on the output or the input, decode and prefill batches, Q4_0, Q8_0 and F32 experts in the
-// packed and the GGUF layout. Each result is held to the reference (cpu::MoeExpertsRef over the GGUF rows), and the
-// batched path of packed experts to the one-by-one path, bit for bit.
+// the routing weight on the output or the input, decode and prefill batches, Q4_0, Q8_0, MXFP4 (gpt-oss's experts,
+// which have no packed layout and stay GGUF rows) and F32 experts in the packed and the GGUF layout. Each result is
+// held to the reference (cpu::MoeExpertsRef over the GGUF rows), and the batched path of packed experts to the
+// one-by-one path, bit for bit.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -23,6 +24,9 @@ namespace {
 
 using test::Poison;
 using test::RandomNormal;
+
+// The backend repacks the quantized experts of the grids, except MXFP4's, which it reads as GGUF rows.
+bool HasPackedLayout(DType t) { return t != DType::kF32 && t != DType::kMXFP4; }
 
 using ExpertsCase = std::tuple<Repack, DType, Activation, bool /*biases*/, bool /*weight_input*/, int64_t /*n_tok*/>;
 
@@ -48,7 +52,7 @@ TEST_P(MoeExpertsTest, MatchesReferenceAndOneByOne) {
   for (const WeightMatrix& w : ex.matrices) {
     absl::StatusOr<WeightMatrix> p = b->PrepareMatMulWeights(w, "expert");
     ASSERT_TRUE(p.ok()) << p.status();
-    EXPECT_EQ(cpu::IsPacked(*p), repack == Repack::kOn && type != DType::kF32);
+    EXPECT_EQ(cpu::IsPacked(*p), repack == Repack::kOn && HasPackedLayout(type));
     prepared.push_back(*p);
   }
   const std::vector<ExpertMatrices> views = ex.ViewsOver(prepared, ex.BiasPointers());
@@ -84,7 +88,7 @@ TEST_P(MoeExpertsTest, MatchesReferenceAndOneByOne) {
 
 INSTANTIATE_TEST_SUITE_P(Grid, MoeExpertsTest,
                          testing::Combine(testing::Values(Repack::kOn, Repack::kOff),
-                                          testing::Values(DType::kQ4_0, DType::kQ8_0, DType::kF32),
+                                          testing::Values(DType::kQ4_0, DType::kQ8_0, DType::kMXFP4, DType::kF32),
                                           testing::Values(Activation::kSilu, Activation::kGelu,
                                                           Activation::kSwigluOai),
                                           testing::Bool(), testing::Bool(), testing::Values(int64_t{1}, int64_t{37})),
@@ -116,7 +120,7 @@ TEST_P(MoeExpertsMaskTest, SkippedSlotsAreZerosAndTheRestUnchanged) {
   for (const WeightMatrix& w : ex.matrices) {
     absl::StatusOr<WeightMatrix> p = b->PrepareMatMulWeights(w, "expert");
     ASSERT_TRUE(p.ok()) << p.status();
-    EXPECT_EQ(cpu::IsPacked(*p), repack == Repack::kOn && type != DType::kF32);  // so both paths are masked
+    EXPECT_EQ(cpu::IsPacked(*p), repack == Repack::kOn && HasPackedLayout(type));  // so both paths are masked
     prepared.push_back(*p);
   }
   const std::vector<ExpertMatrices> views = ex.ViewsOver(prepared, ex.BiasPointers());
@@ -176,7 +180,8 @@ TEST_P(MoeExpertsMaskTest, SkippedSlotsAreZerosAndTheRestUnchanged) {
 
 INSTANTIATE_TEST_SUITE_P(Grid, MoeExpertsMaskTest,
                          testing::Combine(testing::Values(Repack::kOn, Repack::kOff),
-                                          testing::Values(DType::kF32, DType::kQ4_0, DType::kQ8_0, DType::kQ4_K),
+                                          testing::Values(DType::kF32, DType::kQ4_0, DType::kQ8_0, DType::kQ4_K,
+                                                          DType::kMXFP4),
                                           testing::Values(int64_t{1}, int64_t{7}, int64_t{70}),
                                           testing::Values(test::ExpertMask::kNone, test::ExpertMask::kHalf,
                                                           test::ExpertMask::kOne, test::ExpertMask::kAll)),

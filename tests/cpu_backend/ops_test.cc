@@ -535,6 +535,22 @@ TEST(GetRows, HandBuiltQuantBlocks) {
       ASSERT_EQ(y[t * 32 + 16 + i], d * ((15 - i) - 8));
     }
   }
+  // MXFP4 rows (17-byte blocks, so the second row starts at an odd address): x = 2^(e - 128) * the doubled E2M1
+  // value of each nibble.
+  BlockMXFP4 fp4[2];
+  for (int r = 0; r < 2; ++r) {
+    fp4[r].e = static_cast<uint8_t>(r == 0 ? 126 : 130);  // d = 1/4, 4
+    for (int i = 0; i < 16; ++i) fp4[r].qs[i] = static_cast<uint8_t>(i | (15 - i) << 4);
+  }
+  Poison(y);
+  GetRows(WeightMatrix{DType::kMXFP4, fp4, 2, 32, sizeof(BlockMXFP4)}, ids, 3, y.data());
+  for (int t = 0; t < 3; ++t) {
+    const float d = ids[t] == 0 ? 0.25f : 4.0f;
+    for (int i = 0; i < 16; ++i) {
+      ASSERT_EQ(y[t * 32 + i], d * kMxfp4Values[i]);
+      ASSERT_EQ(y[t * 32 + 16 + i], d * kMxfp4Values[15 - i]);
+    }
+  }
 }
 
 }  // namespace

@@ -185,7 +185,7 @@ TEST_F(CudaBackendTest, EventsOrderCopyBeforeCompute) {
 TEST_F(CudaBackendTest, SupportsEveryWeightType) {
   for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1,
                   DType::kQ8_0, DType::kQ8_1, DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K,
-                  DType::kQ8_K}) {
+                  DType::kQ8_K, DType::kMXFP4}) {
     EXPECT_TRUE(gpu().Supports(Op::kMatMul, t)) << DTypeName(t);
     EXPECT_TRUE(gpu().Supports(Op::kGetRows, t)) << DTypeName(t);
     EXPECT_TRUE(gpu().Supports(Op::kMoeExperts, t)) << DTypeName(t);

@@ -110,5 +110,27 @@ TEST(DequantHost, HandBuiltQ4_0) {
   EXPECT_EQ(v[0], 3.5f);   // element 16: high nibble of qs[0] = 15
 }
 
+// Hand-built MXFP4 block at an odd address (its blocks are 17 bytes): e = 126 (d = 1/4), element j < 16 holds
+// nibble j, element 16 + j nibble 15 - j; values 1/4 times the doubled E2M1 values. The device's value words are
+// core's table.
+TEST(DequantHost, HandBuiltMxfp4) {
+  for (int q = 0; q < 16; ++q) EXPECT_EQ(gpu::Mxfp4Value(q), kMxfp4Values[q]) << q;
+  uint8_t bytes[1 + sizeof(BlockMXFP4)];
+  uint8_t* b = bytes + 1;
+  b[0] = 126;
+  for (int j = 0; j < 16; ++j) b[1 + j] = static_cast<uint8_t>(j | (15 - j) << 4);
+  for (int piece = 0; piece < 4; ++piece) {
+    float v[8];
+    gpu::Dequant8<DType::kMXFP4>(b, piece, v);
+    for (int i = 0; i < 8; ++i) {
+      const int e = 8 * piece + i;
+      EXPECT_EQ(v[i], 0.25f * kMxfp4Values[e < 16 ? e : 31 - e]) << "element " << e;
+    }
+  }
+  EXPECT_EQ(gpu::E8M0Half(0), E8M0HalfToF32(0));
+  EXPECT_EQ(gpu::E8M0Half(255), E8M0HalfToF32(255));
+  EXPECT_EQ(gpu::RowAlignment(DType::kMXFP4), 1u);
+}
+
 }  // namespace
 }  // namespace tandem

@@ -674,7 +674,8 @@ TEST_P(GpuMoeExpertsMaskTest, SkippedSlotsAreZerosAndTheRestUnchanged) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Grid, GpuMoeExpertsMaskTest,
-                         ::testing::Combine(::testing::Values(DType::kF32, DType::kQ4_0, DType::kQ8_0, DType::kQ4_K),
+                         ::testing::Combine(::testing::Values(DType::kF32, DType::kQ4_0, DType::kQ8_0, DType::kQ4_K,
+                                                              DType::kMXFP4),
                                             ::testing::Values(int64_t{1}, int64_t{7}, int64_t{64}),
                                             ::testing::Values(test::ExpertMask::kNone, test::ExpertMask::kHalf,
                                                               test::ExpertMask::kOne, test::ExpertMask::kAll)),

@@ -18,6 +18,7 @@ struct ScaleField {
   float magnitude; // typical |value|
   bool is_f32;     // float scale (Q8_K) rather than fp16
   bool positive;   // mins are stored positive
+  bool is_e8m0;    // a power-of-two exponent byte (MXFP4) rather than fp16: the nearest power of two is stored
 };
 
 // Where each block type keeps its scales (core/dtype.h layouts) and how large they should be so that the
@@ -45,6 +46,8 @@ inline std::vector<ScaleField> ScaleFieldsOf(DType t) {
       return {{208, 0.0002f, false, false}};
     case DType::kQ8_K:
       return {{0, 0.002f, true, false}};
+    case DType::kMXFP4:  // the factor of the doubled E2M1 values, which reach 12
+      return {{0, 0.01f, false, true, true}};
     default:
       return {};
   }
@@ -81,7 +84,9 @@ inline std::vector<uint8_t> RandomWeightRows(DType t, int64_t rows, int64_t cols
       for (const ScaleField& f : fields) {
         float v = f.magnitude * unit(rng);
         if (!f.positive && (rng() & 1)) v = -v;
-        if (f.is_f32) {
+        if (f.is_e8m0) {
+          block[f.offset] = static_cast<uint8_t>(128 + std::lround(std::log2(v)));
+        } else if (f.is_f32) {
           std::memcpy(block + f.offset, &v, 4);
         } else {
           const uint16_t h = F32ToF16(v);
@@ -96,7 +101,8 @@ inline std::vector<uint8_t> RandomWeightRows(DType t, int64_t rows, int64_t cols
 // Every weight type the backends accept.
 inline std::vector<DType> AllWeightTypes() {
   return {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ8_0,
-          DType::kQ8_1, DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kQ8_K};
+          DType::kQ8_1, DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kQ8_K,
+          DType::kMXFP4};
 }
 
 }  // namespace tandem::test

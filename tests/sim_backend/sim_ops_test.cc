@@ -123,7 +123,7 @@ TEST_P(SimMoeExpertsTest, MatchesHostAndReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Grid, SimMoeExpertsTest,
-                         testing::Combine(testing::Values(DType::kQ4_0, DType::kQ8_0, DType::kF32),
+                         testing::Combine(testing::Values(DType::kQ4_0, DType::kQ8_0, DType::kMXFP4, DType::kF32),
                                           testing::Values(Activation::kSilu, Activation::kGelu,
                                                           Activation::kSwigluOai),
                                           testing::Bool(), testing::Bool(), testing::Values(int64_t{1}, int64_t{37})),

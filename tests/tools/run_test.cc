@@ -165,6 +165,36 @@ TEST(Run, SeedsAreRandomUnlessGivenAndAlwaysReported) {
   EXPECT_NE(text.err.find("seed 7"), std::string::npos) << text.err;
 }
 
+// An MXFP4 model end to end (gpt-oss's expert type): synth writes it with llama.cpp's file type, inspect shows its
+// tensors as MXFP4, and greedy decoding gives the same tokens on every kernel path (the kernels are held to each
+// other within float rounding, which random logits of this size never tie on).
+TEST(Run, Mxfp4ModelInspectsAndDecodesAlikeOnEveryIsa) {
+  const std::string dir = ::testing::TempDir() + "/tandem_run_mxfp4_" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  const std::string model = dir + "/mxfp4.gguf";
+  const test::CmdResult synth = RunCommand(TandemBin() + " synth --arch mixtral --layers 2 --embd 128 --ff 256 "
+                                           "--heads 4 --kv-heads 2 --experts 4 --experts-used 2 --vocab 512 "
+                                           "--type MXFP4 -o " + model);
+  ASSERT_EQ(synth.exit_code, 0) << synth.err;
+  const nlohmann::json info = nlohmann::json::parse(RunCommand(TandemBin() + " inspect --json " + model).out);
+  int n_mxfp4 = 0;
+  for (const nlohmann::json& t : info["tensors"]) {
+    if (t["type"] == "MXFP4") ++n_mxfp4;
+  }
+  EXPECT_EQ(n_mxfp4, 2 + 2 * 7);  // token_embd and output, and per layer q, k, v, output, gate, up, down
+  EXPECT_EQ(info["metadata"]["general.file_type"], 38);  // LLAMA_FTYPE_MOSTLY_MXFP4_MOE
+  std::vector<nlohmann::json> tokens;
+  for (const char* isa : {"scalar", "avx2", "avx512"}) {
+    const test::CmdResult r = RunCommand(Cat("TANDEM_ISA=", isa, " ", TandemBin(), " run -m ", model,
+                                             " -p 'Once upon a time' -n 24 --temp 0 --json"));
+    ASSERT_EQ(r.exit_code, 0) << isa << ": " << r.err;
+    tokens.push_back(nlohmann::json::parse(r.out)["tokens"]);
+    EXPECT_EQ(tokens.back().size(), 24u) << isa;
+    EXPECT_EQ(tokens.back(), tokens.front()) << isa << " differs from scalar";
+  }
+  std::filesystem::remove_all(dir);
+}
+
 // Why generation ended, in the JSON and the summary: an end-of-generation token (never sampled with --ignore-eos),
 // a reverse prompt, a full context.
 TEST(Run, StopsAtEosReversePromptAndFullContextAndSaysWhy) {
