@@ -140,12 +140,13 @@ SliceWalk SliceIndices(int64_t len, std::optional<int64_t> start, std::optional<
 // ---- tests ----
 
 absl::StatusOr<bool> OneArg(std::string_view test, CallArgs& args, Value& out) {
-  TANDEM_ASSIGN_OR_RETURN(std::vector<Value> v, Bind(test, args, {"other"}));
+  TANDEM_ASSIGN_OR_RETURN(BoundArgs v, Bind(test, args, {"other"}, 1));
   out = v[0];
   return true;
 }
 
 #define TANDEM_TEST(name) absl::StatusOr<bool> name(Renderer& r, const Value& v, CallArgs& args)
+
 
 TANDEM_TEST(TestDefined) { return !v.is_undefined(); }
 TANDEM_TEST(TestUndefined) { return v.is_undefined(); }
@@ -234,20 +235,35 @@ constexpr char kLe[] = "<=";
 constexpr char kGt[] = ">";
 constexpr char kGe[] = ">=";
 
+// A test that takes no argument refuses one, as Python refuses the extra positional.
+template <absl::StatusOr<bool> (*kTest)(Renderer&, const Value&, CallArgs&)>
+absl::StatusOr<bool> NoArgTest(Renderer& r, const Value& v, CallArgs& args) {
+  if (!args.args.empty() || !args.kwargs.empty()) return InvalidArgument("this test takes no arguments");
+  return kTest(r, v, args);
+}
+
 const absl::flat_hash_map<std::string_view, TestFn>& Tests() {
   static const auto* tests = new absl::flat_hash_map<std::string_view, TestFn>{
-      {"defined", TestDefined}, {"undefined", TestUndefined}, {"none", TestNone}, {"boolean", TestBoolean},
-      {"false", TestFalse}, {"true", TestTrue}, {"integer", TestInteger}, {"float", TestFloat},
-      {"number", TestNumber}, {"string", TestString}, {"mapping", TestMapping}, {"sequence", TestSequence},
-      {"iterable", TestIterable}, {"callable", TestCallable}, {"escaped", TestEscaped}, {"lower", TestLower},
-      {"upper", TestUpper}, {"divisibleby", TestDivisibleBy}, {"even", TestEven}, {"odd", TestOdd},
-      {"sameas", TestSameAs}, {"in", TestIn}, {"filter", TestFilter}, {"test", TestTest},
-      {"==", TestCompare<kEq>}, {"eq", TestCompare<kEq>}, {"equalto", TestCompare<kEq>},
-      {"!=", TestCompare<kNe>}, {"ne", TestCompare<kNe>},
-      {"<", TestCompare<kLt>}, {"lt", TestCompare<kLt>}, {"lessthan", TestCompare<kLt>},
-      {"<=", TestCompare<kLe>}, {"le", TestCompare<kLe>},
-      {">", TestCompare<kGt>}, {"gt", TestCompare<kGt>}, {"greaterthan", TestCompare<kGt>},
-      {">=", TestCompare<kGe>}, {"ge", TestCompare<kGe>},
+      {"defined", NoArgTest<TestDefined>},     {"undefined", NoArgTest<TestUndefined>},
+      {"none", NoArgTest<TestNone>},           {"boolean", NoArgTest<TestBoolean>},
+      {"false", NoArgTest<TestFalse>},         {"true", NoArgTest<TestTrue>},
+      {"integer", NoArgTest<TestInteger>},     {"float", NoArgTest<TestFloat>},
+      {"number", NoArgTest<TestNumber>},       {"string", NoArgTest<TestString>},
+      {"mapping", NoArgTest<TestMapping>},     {"sequence", NoArgTest<TestSequence>},
+      {"iterable", NoArgTest<TestIterable>},   {"callable", NoArgTest<TestCallable>},
+      {"escaped", NoArgTest<TestEscaped>},     {"lower", NoArgTest<TestLower>},
+      {"upper", NoArgTest<TestUpper>},         {"even", NoArgTest<TestEven>},
+      {"odd", NoArgTest<TestOdd>},             {"filter", NoArgTest<TestFilter>},
+      {"test", NoArgTest<TestTest>},           {"divisibleby", TestDivisibleBy},
+      {"sameas", TestSameAs},                  {"in", TestIn},
+      {"==", TestCompare<kEq>},                {"eq", TestCompare<kEq>},
+      {"equalto", TestCompare<kEq>},           {"!=", TestCompare<kNe>},
+      {"ne", TestCompare<kNe>},                {"<", TestCompare<kLt>},
+      {"lt", TestCompare<kLt>},                {"lessthan", TestCompare<kLt>},
+      {"<=", TestCompare<kLe>},                {"le", TestCompare<kLe>},
+      {">", TestCompare<kGt>},                 {"gt", TestCompare<kGt>},
+      {"greaterthan", TestCompare<kGt>},       {">=", TestCompare<kGe>},
+      {"ge", TestCompare<kGe>},
   };
   return *tests;
 }
@@ -319,6 +335,7 @@ absl::StatusOr<Value> GlobalDict(Renderer& r, CallArgs& args) {
   if (args.args.size() > 1) return InvalidArgument("dict expected at most 1 argument, got ", args.args.size());
   if (args.args.size() == 1) {
     const Value& src = args.args[0];
+    if (src.is_undefined()) return Renderer::UndefinedError(src);
     if (src.kind() == Kind::kDict) {
       entries = src.dict().entries;
     } else {
@@ -348,7 +365,7 @@ absl::StatusOr<Value> GlobalNamespace(Renderer& r, CallArgs& args) {
 }
 
 absl::StatusOr<Value> GlobalJoiner(Renderer& r, CallArgs& args) {
-  TANDEM_ASSIGN_OR_RETURN(std::vector<Value> a, Bind("joiner", args, {"sep"}));
+  TANDEM_ASSIGN_OR_RETURN(BoundArgs a, Bind("joiner", args, {"sep"}));
   TANDEM_ASSIGN_OR_RETURN(std::string sep, a[0].is_undefined() ? std::string(", ") : ToStr(a[0], r.budget()));
   auto used = std::make_shared<bool>(false);
   return Callable0("joiner", [sep, used](Renderer&, CallArgs&) -> absl::StatusOr<Value> {
@@ -361,13 +378,13 @@ absl::StatusOr<Value> GlobalJoiner(Renderer& r, CallArgs& args) {
 }
 
 absl::StatusOr<Value> GlobalRaise(Renderer& r, CallArgs& args) {
-  TANDEM_ASSIGN_OR_RETURN(std::vector<Value> a, Bind("raise_exception", args, {"message"}));
+  TANDEM_ASSIGN_OR_RETURN(BoundArgs a, Bind("raise_exception", args, {"message"}, 1));
   TANDEM_ASSIGN_OR_RETURN(std::string msg, ToStr(a[0], r.budget()));
   return InvalidArgument(msg);
 }
 
 absl::StatusOr<Value> GlobalStrftimeNow(Renderer& r, CallArgs& args) {
-  TANDEM_ASSIGN_OR_RETURN(std::vector<Value> a, Bind("strftime_now", args, {"format"}));
+  TANDEM_ASSIGN_OR_RETURN(BoundArgs a, Bind("strftime_now", args, {"format"}, 1));
   TANDEM_ASSIGN_OR_RETURN(std::string fmt, StringArg("strftime_now", a[0]));
   if (fmt.size() > 256) return InvalidArgument("strftime_now: the format is longer than 256 bytes");
   std::tm tm{};
@@ -395,13 +412,18 @@ absl::StatusOr<Value> GlobalStrftimeNow(Renderer& r, CallArgs& args) {
 
 #undef TANDEM_TEST
 
-absl::StatusOr<std::vector<Value>> Bind(std::string_view fn, CallArgs& args,
-                                        std::initializer_list<std::string_view> params) {
-  std::vector<Value> out(params.size());
+absl::StatusOr<BoundArgs> Bind(std::string_view fn, CallArgs& args, std::initializer_list<std::string_view> params,
+                               size_t required) {
+  BoundArgs out;
+  out.values.resize(params.size());
+  out.passed.assign(params.size(), false);
   if (args.args.size() > params.size()) {
     return InvalidArgument(fn, "() takes at most ", params.size(), " argument(s) (", args.args.size(), " given)");
   }
-  for (size_t i = 0; i < args.args.size(); ++i) out[i] = args.args[i];
+  for (size_t i = 0; i < args.args.size(); ++i) {
+    out.values[i] = args.args[i];
+    out.passed[i] = true;
+  }
   for (const auto& [name, v] : args.kwargs) {
     size_t i = 0;
     for (std::string_view p : params) {
@@ -410,7 +432,11 @@ absl::StatusOr<std::vector<Value>> Bind(std::string_view fn, CallArgs& args,
     }
     if (i == params.size()) return InvalidArgument(fn, "() got an unexpected keyword argument '", name, "'");
     if (i < args.args.size()) return InvalidArgument(fn, "() got multiple values for argument '", name, "'");
-    out[i] = v;
+    out.values[i] = v;
+    out.passed[i] = true;
+  }
+  for (size_t i = 0; i < required; ++i) {
+    if (!out.passed[i]) return InvalidArgument(fn, "() missing required argument '", *(params.begin() + i), "'");
   }
   return out;
 }

@@ -12,9 +12,17 @@
 
 namespace tandem::jinja {
 
-// Binds positional then keyword arguments to `params` as Python does; a parameter not passed is Undefined.
-absl::StatusOr<std::vector<Value>> Bind(std::string_view fn, CallArgs& args,
-                                        std::initializer_list<std::string_view> params);
+// Arguments bound to parameters: a parameter not passed reads as Undefined, and given() tells it from an
+// undefined value passed (which Python's str methods refuse).
+struct BoundArgs {
+  std::vector<Value> values;
+  std::vector<bool> passed;
+  const Value& operator[](size_t i) const { return values[i]; }
+  bool given(size_t i) const { return passed[i]; }
+};
+// Binds positional then keyword arguments to `params` as Python does; the first `required` must be passed.
+absl::StatusOr<BoundArgs> Bind(std::string_view fn, CallArgs& args, std::initializer_list<std::string_view> params,
+                               size_t required = 0);
 
 // An integer argument (a bool counts); nullopt for anything else.
 std::optional<int64_t> AsInt(const Value& v);

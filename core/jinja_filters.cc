@@ -16,6 +16,12 @@ namespace {
 
 bool Flag(const Value& v) { return v.Truthy(); }
 
+// sorted()'s reverse=: Python wants an int there, which an undefined value is not.
+absl::StatusOr<bool> ReverseFlag(const BoundArgs& a, size_t i) {
+  if (a.given(i) && a[i].is_undefined()) return InvalidArgument("'Undefined' object cannot be interpreted as an integer");
+  return a[i].Truthy();
+}
+
 absl::StatusOr<std::string> Str(Renderer& r, const Value& v) { return ToStr(v, r.budget()); }
 
 // A sort key as jinja2's ignore_case: strings lower-cased unless case_sensitive.
@@ -51,7 +57,7 @@ TANDEM_FILTER(FilterAbs) {
 }
 
 TANDEM_FILTER(FilterAttr) {
-  TANDEM_ASSIGN_OR_RETURN(std::vector<Value> a, Bind("attr", args, {"name"}));
+  TANDEM_ASSIGN_OR_RETURN(BoundArgs a, Bind("attr", args, {"name"}, 1));
   TANDEM_ASSIGN_OR_RETURN(std::string name, StringArg("attr", a[0]));
   // Python's getattr alone: a dict's keys are not its attributes.
   if (in.kind() == Kind::kDict && FindMethod(in, name) == nullptr) {
@@ -67,7 +73,7 @@ TANDEM_FILTER(FilterCapitalize) {
 }
 
 TANDEM_FILTER(FilterCenter) {
-  TANDEM_ASSIGN_OR_RETURN(std::vector<Value> a, Bind("center", args, {"width"}));
+  TANDEM_ASSIGN_OR_RETURN(BoundArgs a, Bind("center", args, {"width"}));
   TANDEM_ASSIGN_OR_RETURN(std::string s, Str(r, in));
   CallArgs call;
   call.args.push_back(a[0].is_undefined() ? Value::Int(80) : a[0]);
@@ -90,7 +96,7 @@ TANDEM_FILTER(FilterLength) {
 }
 
 TANDEM_FILTER(FilterDefault) {
-  TANDEM_ASSIGN_OR_RETURN(std::vector<Value> a, Bind("default", args, {"default_value", "boolean"}));
+  TANDEM_ASSIGN_OR_RETURN(BoundArgs a, Bind("default", args, {"default_value", "boolean"}));
   if (in.is_undefined() || (Flag(a[1]) && !in.Truthy())) {
     return a[0].is_undefined() ? Value::String("") : a[0];
   }
@@ -98,7 +104,7 @@ TANDEM_FILTER(FilterDefault) {
 }
 
 TANDEM_FILTER(FilterDictsort) {
-  TANDEM_ASSIGN_OR_RETURN(std::vector<Value> a, Bind("dictsort", args, {"case_sensitive", "by", "reverse"}));
+  TANDEM_ASSIGN_OR_RETURN(BoundArgs a, Bind("dictsort", args, {"case_sensitive", "by", "reverse"}));
   if (in.kind() != Kind::kDict) return InvalidArgument("dictsort: can only sort a mapping");
   int pos = 0;
   if (!a[1].is_undefined()) {
@@ -112,7 +118,8 @@ TANDEM_FILTER(FilterDictsort) {
   std::vector<Value> keys;
   for (const auto& e : in.dict().entries) keys.push_back(SortKey(pos == 0 ? e.first : e.second, Flag(a[0])));
   std::vector<size_t> order;
-  TANDEM_RETURN_IF_ERROR(SortValues(r, keys, order, Flag(a[2])));
+  TANDEM_ASSIGN_OR_RETURN(const bool reverse, ReverseFlag(a, 2));
+  TANDEM_RETURN_IF_ERROR(SortValues(r, keys, order, reverse));
   std::vector<Value> items;
   for (size_t i : order) {
     const auto& e = in.dict().entries[i];
@@ -173,8 +180,9 @@ std::optional<double> ParseFloat(const std::string& s) {
 }
 
 TANDEM_FILTER(FilterFloat) {
-  TANDEM_ASSIGN_OR_RETURN(std::vector<Value> a, Bind("float", args, {"default"}));
+  TANDEM_ASSIGN_OR_RETURN(BoundArgs a, Bind("float", args, {"default"}));
   const Value fallback = a[0].is_undefined() ? Value::Float(0.0) : a[0];
+  if (in.is_undefined()) return Renderer::UndefinedError(in);  // float(Undefined) raises
   if (in.is_number()) return Value::Float(in.float_value());
   if (in.is_string()) {
     if (std::optional<double> f = ParseFloat(in.str())) return Value::Float(*f);
@@ -183,9 +191,10 @@ TANDEM_FILTER(FilterFloat) {
 }
 
 TANDEM_FILTER(FilterInt) {
-  TANDEM_ASSIGN_OR_RETURN(std::vector<Value> a, Bind("int", args, {"default", "base"}));
+  TANDEM_ASSIGN_OR_RETURN(BoundArgs a, Bind("int", args, {"default", "base"}));
   const Value fallback = a[0].is_undefined() ? Value::Int(0) : a[0];
   const int64_t base = a[1].is_undefined() ? 10 : AsInt(a[1]).value_or(10);
+  if (in.is_undefined()) return Renderer::UndefinedError(in);  // int(Undefined) raises
   if (in.kind() == Kind::kInt || in.kind() == Kind::kBool) return Value::Int(in.int_value());
   if (in.kind() == Kind::kFloat) {
     const double f = in.float_value();
@@ -231,7 +240,7 @@ TANDEM_FILTER(FilterFormat) {
 }
 
 TANDEM_FILTER(FilterIndent) {
-  TANDEM_ASSIGN_OR_RETURN(std::vector<Value> a, Bind("indent", args, {"width", "first", "blank"}));
+  TANDEM_ASSIGN_OR_RETURN(BoundArgs a, Bind("indent", args, {"width", "first", "blank"}));
   std::string indent;
   if (a[0].is_string()) {
     indent = a[0].str();
@@ -245,6 +254,7 @@ TANDEM_FILTER(FilterIndent) {
   } else {
     return InvalidArgument("indent() width must be an integer or a string");
   }
+  if (in.is_undefined()) return Renderer::UndefinedError(in);  // jinja2 adds "\n" to it, which fails
   TANDEM_ASSIGN_OR_RETURN(std::string s, Str(r, in));
   s += "\n";  // jinja2 appends a newline so that splitlines keeps a trailing empty line
   const std::vector<std::string> lines = text::SplitLines(s);
@@ -282,7 +292,7 @@ TANDEM_FILTER(FilterItems) {
 }
 
 TANDEM_FILTER(FilterJoin) {
-  TANDEM_ASSIGN_OR_RETURN(std::vector<Value> a, Bind("join", args, {"d", "attribute"}));
+  TANDEM_ASSIGN_OR_RETURN(BoundArgs a, Bind("join", args, {"d", "attribute"}));
   TANDEM_ASSIGN_OR_RETURN(std::string sep, a[0].is_undefined() ? std::string() : Str(r, a[0]));
   TANDEM_ASSIGN_OR_RETURN(std::vector<Value> items, r.Iterate(in));
   std::string out;
@@ -324,7 +334,7 @@ TANDEM_FILTER(FilterTitle) {
 }
 
 TANDEM_FILTER(FilterTrim) {
-  TANDEM_ASSIGN_OR_RETURN(std::vector<Value> a, Bind("trim", args, {"chars"}));
+  TANDEM_ASSIGN_OR_RETURN(BoundArgs a, Bind("trim", args, {"chars"}));
   TANDEM_ASSIGN_OR_RETURN(std::string s, Str(r, in));
   std::optional<std::string> chars;
   if (!a[0].is_undefined() && !a[0].is_none()) {
@@ -410,7 +420,7 @@ TANDEM_FILTER(FilterRejectAttr) { return SelectOrReject(r, in, args, true, false
 
 // min and max: the first of the extreme items, by attribute and ignoring case unless told.
 absl::StatusOr<Value> MinMax(Renderer& r, const Value& in, CallArgs& args, bool max) {
-  TANDEM_ASSIGN_OR_RETURN(std::vector<Value> a, Bind(max ? "max" : "min", args, {"case_sensitive", "attribute"}));
+  TANDEM_ASSIGN_OR_RETURN(BoundArgs a, Bind(max ? "max" : "min", args, {"case_sensitive", "attribute"}));
   TANDEM_ASSIGN_OR_RETURN(std::vector<Value> items, r.Iterate(in));
   if (items.empty()) return Value::Undefined(Cat("No aggregated item, sequence was empty."));
   size_t best = 0;
@@ -435,7 +445,7 @@ TANDEM_FILTER(FilterMax) { return MinMax(r, in, args, true); }
 TANDEM_FILTER(FilterMin) { return MinMax(r, in, args, false); }
 
 TANDEM_FILTER(FilterReplace) {
-  TANDEM_ASSIGN_OR_RETURN(std::vector<Value> a, Bind("replace", args, {"old", "new", "count"}));
+  TANDEM_ASSIGN_OR_RETURN(BoundArgs a, Bind("replace", args, {"old", "new", "count"}, 2));
   TANDEM_ASSIGN_OR_RETURN(std::string s, Str(r, in));
   TANDEM_ASSIGN_OR_RETURN(std::string old, Str(r, a[0]));
   TANDEM_ASSIGN_OR_RETURN(std::string repl, Str(r, a[1]));
@@ -460,7 +470,7 @@ TANDEM_FILTER(FilterReverse) {
 }
 
 TANDEM_FILTER(FilterRound) {
-  TANDEM_ASSIGN_OR_RETURN(std::vector<Value> a, Bind("round", args, {"precision", "method"}));
+  TANDEM_ASSIGN_OR_RETURN(BoundArgs a, Bind("round", args, {"precision", "method"}));
   const int64_t precision = a[0].is_undefined() ? 0 : AsInt(a[0]).value_or(0);
   std::string method = "common";
   if (!a[1].is_undefined()) {
@@ -509,7 +519,7 @@ TANDEM_FILTER(FilterSafe) {
 }
 
 TANDEM_FILTER(FilterSort) {
-  TANDEM_ASSIGN_OR_RETURN(std::vector<Value> a, Bind("sort", args, {"reverse", "case_sensitive", "attribute"}));
+  TANDEM_ASSIGN_OR_RETURN(BoundArgs a, Bind("sort", args, {"reverse", "case_sensitive", "attribute"}));
   TANDEM_ASSIGN_OR_RETURN(std::vector<Value> items, r.Iterate(in));
   std::vector<Value> keys;
   for (const Value& item : items) {
@@ -520,7 +530,8 @@ TANDEM_FILTER(FilterSort) {
     keys.push_back(SortKey(key, Flag(a[1])));
   }
   std::vector<size_t> order;
-  TANDEM_RETURN_IF_ERROR(SortValues(r, keys, order, Flag(a[0])));
+  TANDEM_ASSIGN_OR_RETURN(const bool reverse, ReverseFlag(a, 0));
+  TANDEM_RETURN_IF_ERROR(SortValues(r, keys, order, reverse));
   std::vector<Value> out;
   for (size_t i : order) out.push_back(items[i]);
   return Value::List(std::move(out));
@@ -534,7 +545,7 @@ TANDEM_FILTER(FilterString) {
 }
 
 TANDEM_FILTER(FilterSum) {
-  TANDEM_ASSIGN_OR_RETURN(std::vector<Value> a, Bind("sum", args, {"attribute", "start"}));
+  TANDEM_ASSIGN_OR_RETURN(BoundArgs a, Bind("sum", args, {"attribute", "start"}));
   TANDEM_ASSIGN_OR_RETURN(std::vector<Value> items, r.Iterate(in));
   Value total = a[1].is_undefined() ? Value::Int(0) : a[1];
   for (const Value& item : items) {
@@ -548,7 +559,7 @@ TANDEM_FILTER(FilterSum) {
 }
 
 TANDEM_FILTER(FilterToJson) {
-  TANDEM_ASSIGN_OR_RETURN(std::vector<Value> a,
+  TANDEM_ASSIGN_OR_RETURN(BoundArgs a,
                           Bind("tojson", args, {"ensure_ascii", "indent", "separators", "sort_keys"}));
   JsonOptions o;
   o.ensure_ascii = Flag(a[0]);
@@ -578,7 +589,7 @@ TANDEM_FILTER(FilterToJson) {
 }
 
 TANDEM_FILTER(FilterUnique) {
-  TANDEM_ASSIGN_OR_RETURN(std::vector<Value> a, Bind("unique", args, {"case_sensitive", "attribute"}));
+  TANDEM_ASSIGN_OR_RETURN(BoundArgs a, Bind("unique", args, {"case_sensitive", "attribute"}));
   TANDEM_ASSIGN_OR_RETURN(std::vector<Value> items, r.Iterate(in));
   std::vector<Value> out;
   std::vector<Value> seen;

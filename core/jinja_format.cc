@@ -259,6 +259,25 @@ absl::StatusOr<std::string> PercentFormat(Renderer& r, std::string_view fmt, con
         break;
       default: return InvalidArgument("unsupported format character '", std::string(1, conv), "'");
     }
+    const bool integer = conv == 'd' || conv == 'i' || conv == 'u' || conv == 'x' || conv == 'X' || conv == 'o';
+    if (integer && !precision.empty()) {
+      // printf's precision of an integer is its least number of digits (and the 0 flag is then ignored).
+      std::string number_spec;
+      if (flags.find('+') != std::string::npos) number_spec += "+";
+      if (flags.find('#') != std::string::npos && conv != 'd' && conv != 'i' && conv != 'u') number_spec += "#";
+      number_spec += (conv == 'i' || conv == 'u') ? 'd' : conv;
+      TANDEM_ASSIGN_OR_RETURN(std::string number, FormatWithSpec(r, subject, number_spec));
+      size_t digits_at = number.find_first_not_of("+- ");
+      if (number.compare(digits_at, 1, "0") == 0 && number.size() > digits_at + 1 &&
+          std::isalpha(static_cast<unsigned char>(number[digits_at + 1]))) {
+        digits_at += 2;  // past "0x" / "0o"
+      }
+      const size_t min_digits = std::min<size_t>(std::stoul(precision.substr(1)), 4096);
+      const size_t have = number.size() - digits_at;
+      if (have < min_digits) number.insert(digits_at, min_digits - have, '0');
+      subject = Value::String(std::move(number));
+      spec = std::string(flags.find('-') != std::string::npos ? "<" : ">") + width;
+    }
     TANDEM_ASSIGN_OR_RETURN(std::string piece, FormatWithSpec(r, subject, spec));
     out += piece;
     TANDEM_RETURN_IF_ERROR(r.budget().CheckSize(out.size()));

@@ -210,6 +210,7 @@ class Lexer {
   }
 
   absl::StatusOr<size_t> SkipComment(size_t open, size_t content) {
+    if (content >= src_.size()) return content;  // jinja2 stops lexing when "{#" ends the template
     for (size_t at = src_.find("#}", content); at != std::string_view::npos; at = src_.find("#}", at + 1)) {
       size_t end = at + 2;
       const char before = at > content ? src_[at - 1] : 0;

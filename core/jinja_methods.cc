@@ -13,10 +13,19 @@ namespace {
 
 #define TANDEM_METHOD(name) absl::StatusOr<Value> name(Renderer& r, const Value& self, CallArgs& args)
 
-absl::StatusOr<std::optional<std::string>> OptionalString(std::string_view fn, const Value& v) {
-  if (v.is_undefined() || v.is_none()) return std::optional<std::string>();
-  TANDEM_ASSIGN_OR_RETURN(std::string s, StringArg(fn, v));
-  return std::optional<std::string>(std::move(s));
+// Argument i, a str or None (or not passed); an undefined value passed is a TypeError, as in Python.
+absl::StatusOr<std::optional<std::string>> OptionalString(std::string_view fn, const BoundArgs& a, size_t i) {
+  if (!a.given(i) || a[i].is_none()) return std::optional<std::string>();
+  if (!a[i].is_string()) return InvalidArgument(fn, "(): must be str or None, not ", a[i].TypeName());
+  return std::optional<std::string>(a[i].str());
+}
+
+// Argument i, an int or None (or not passed).
+absl::StatusOr<int64_t> OptionalInt(std::string_view fn, const BoundArgs& a, size_t i, int64_t fallback) {
+  if (!a.given(i) || a[i].is_none()) return fallback;
+  std::optional<int64_t> n = AsInt(a[i]);
+  if (!n) return InvalidArgument(fn, "(): '", a[i].TypeName(), "' object cannot be interpreted as an integer");
+  return *n;
 }
 
 int64_t IntOr(const Value& v, int64_t fallback) {
@@ -48,7 +57,7 @@ std::pair<size_t, size_t> Bounds(const std::string& s, const Value& start, const
 }
 
 absl::StatusOr<Value> StartsOrEnds(Renderer& r, const Value& self, CallArgs& args, bool starts) {
-  TANDEM_ASSIGN_OR_RETURN(std::vector<Value> a, Bind(starts ? "startswith" : "endswith", args, {"x", "start", "end"}));
+  TANDEM_ASSIGN_OR_RETURN(BoundArgs a, Bind(starts ? "startswith" : "endswith", args, {"x", "start", "end"}, 1));
   const std::string& s = self.str();
   const auto [lo, hi] = Bounds(s, a[1], a[2]);
   const std::string_view part = std::string_view(s).substr(lo, hi - lo);
@@ -76,8 +85,8 @@ TANDEM_METHOD(StrStartswith) { return StartsOrEnds(r, self, args, true); }
 TANDEM_METHOD(StrEndswith) { return StartsOrEnds(r, self, args, false); }
 
 absl::StatusOr<Value> StripMethod(Renderer& r, const Value& self, CallArgs& args, text::Side side) {
-  TANDEM_ASSIGN_OR_RETURN(std::vector<Value> a, Bind("strip", args, {"chars"}));
-  TANDEM_ASSIGN_OR_RETURN(std::optional<std::string> chars, OptionalString("strip", a[0]));
+  TANDEM_ASSIGN_OR_RETURN(BoundArgs a, Bind("strip", args, {"chars"}));
+  TANDEM_ASSIGN_OR_RETURN(std::optional<std::string> chars, OptionalString("strip", a, 0));
   return r.MakeString(text::Strip(self.str(), side, chars), self.is_safe());
 }
 TANDEM_METHOD(StrStrip) { return StripMethod(r, self, args, text::Side::kBoth); }
@@ -85,10 +94,10 @@ TANDEM_METHOD(StrLstrip) { return StripMethod(r, self, args, text::Side::kLeft);
 TANDEM_METHOD(StrRstrip) { return StripMethod(r, self, args, text::Side::kRight); }
 
 absl::StatusOr<Value> SplitMethod(Renderer& r, const Value& self, CallArgs& args, bool right) {
-  TANDEM_ASSIGN_OR_RETURN(std::vector<Value> a, Bind(right ? "rsplit" : "split", args, {"sep", "maxsplit"}));
-  TANDEM_ASSIGN_OR_RETURN(std::optional<std::string> sep, OptionalString("split", a[0]));
+  TANDEM_ASSIGN_OR_RETURN(BoundArgs a, Bind(right ? "rsplit" : "split", args, {"sep", "maxsplit"}));
+  TANDEM_ASSIGN_OR_RETURN(std::optional<std::string> sep, OptionalString("split", a, 0));
   if (sep && sep->empty()) return InvalidArgument("empty separator");
-  const int64_t maxsplit = IntOr(a[1], -1);
+  TANDEM_ASSIGN_OR_RETURN(const int64_t maxsplit, OptionalInt("split", a, 1, -1));
   TANDEM_RETURN_IF_ERROR(r.budget().Spend(static_cast<int64_t>(self.str().size() / 16)));
   return StringList(right ? text::RSplit(self.str(), sep, maxsplit) : text::Split(self.str(), sep, maxsplit));
 }
@@ -96,7 +105,7 @@ TANDEM_METHOD(StrSplit) { return SplitMethod(r, self, args, false); }
 TANDEM_METHOD(StrRsplit) { return SplitMethod(r, self, args, true); }
 
 TANDEM_METHOD(StrSplitlines) {
-  TANDEM_ASSIGN_OR_RETURN(std::vector<Value> a, Bind("splitlines", args, {"keepends"}));
+  TANDEM_ASSIGN_OR_RETURN(BoundArgs a, Bind("splitlines", args, {"keepends"}));
   if (a[0].Truthy()) return InvalidArgument("splitlines(keepends=True) is not supported");
   return StringList(text::SplitLines(self.str()));
 }
@@ -119,19 +128,20 @@ TANDEM_METHOD(StrCapitalize) {
 }
 
 TANDEM_METHOD(StrReplace) {
-  TANDEM_ASSIGN_OR_RETURN(std::vector<Value> a, Bind("replace", args, {"old", "new", "count"}));
+  TANDEM_ASSIGN_OR_RETURN(BoundArgs a, Bind("replace", args, {"old", "new", "count"}, 2));
   TANDEM_ASSIGN_OR_RETURN(std::string old, StringArg("replace", a[0]));
   TANDEM_ASSIGN_OR_RETURN(std::string repl, StringArg("replace", a[1]));
   const size_t n = text::Length(self.str()) + 1;
   if (repl.size() > old.size() && (repl.size() - old.size()) > r.budget().max_bytes / n) {
     return ResourceExhausted("a string would exceed the limit of ", r.budget().max_bytes, " bytes");
   }
-  return r.MakeString(text::Replace(self.str(), old, repl, IntOr(a[2], -1)), self.is_safe());
+  TANDEM_ASSIGN_OR_RETURN(const int64_t count, OptionalInt("replace", a, 2, -1));
+  return r.MakeString(text::Replace(self.str(), old, repl, count), self.is_safe());
 }
 
 // find/rfind/index/rindex/count: positions in code points, as Python.
 absl::StatusOr<Value> FindMethodImpl(Renderer& r, const Value& self, CallArgs& args, std::string_view fn) {
-  TANDEM_ASSIGN_OR_RETURN(std::vector<Value> a, Bind(fn, args, {"sub", "start", "end"}));
+  TANDEM_ASSIGN_OR_RETURN(BoundArgs a, Bind(fn, args, {"sub", "start", "end"}, 1));
   TANDEM_ASSIGN_OR_RETURN(std::string sub, StringArg(fn, a[0]));
   const std::string& s = self.str();
   const auto [lo, hi] = Bounds(s, a[1], a[2]);
@@ -157,7 +167,7 @@ TANDEM_METHOD(StrRindex) { return FindMethodImpl(r, self, args, "rindex"); }
 TANDEM_METHOD(StrCount) { return FindMethodImpl(r, self, args, "count"); }
 
 TANDEM_METHOD(StrJoin) {
-  TANDEM_ASSIGN_OR_RETURN(std::vector<Value> a, Bind("join", args, {"iterable"}));
+  TANDEM_ASSIGN_OR_RETURN(BoundArgs a, Bind("join", args, {"iterable"}, 1));
   TANDEM_ASSIGN_OR_RETURN(std::vector<Value> items, r.Iterate(a[0]));
   std::string out;
   for (size_t i = 0; i < items.size(); ++i) {
@@ -201,7 +211,7 @@ absl::StatusOr<Value> StrIs(Renderer& r, const Value& self, CallArgs& args) {
 }
 
 absl::StatusOr<Value> Pad(Renderer& r, const Value& self, CallArgs& args, char align) {
-  TANDEM_ASSIGN_OR_RETURN(std::vector<Value> a, Bind("center", args, {"width", "fillchar"}));
+  TANDEM_ASSIGN_OR_RETURN(BoundArgs a, Bind("center", args, {"width", "fillchar"}, 1));
   std::optional<int64_t> width = AsInt(a[0]);
   if (!width) return InvalidArgument("integer argument expected, got ", a[0].TypeName());
   std::string fill = " ";
@@ -228,7 +238,7 @@ TANDEM_METHOD(StrLjust) { return Pad(r, self, args, '<'); }
 TANDEM_METHOD(StrRjust) { return Pad(r, self, args, '>'); }
 
 TANDEM_METHOD(StrZfill) {
-  TANDEM_ASSIGN_OR_RETURN(std::vector<Value> a, Bind("zfill", args, {"width"}));
+  TANDEM_ASSIGN_OR_RETURN(BoundArgs a, Bind("zfill", args, {"width"}, 1));
   const int64_t width = IntOr(a[0], 0);
   const std::string& s = self.str();
   const auto len = static_cast<int64_t>(text::Length(s));
@@ -242,7 +252,7 @@ TANDEM_METHOD(StrZfill) {
 }
 
 absl::StatusOr<Value> Partition(Renderer& r, const Value& self, CallArgs& args, bool right) {
-  TANDEM_ASSIGN_OR_RETURN(std::vector<Value> a, Bind("partition", args, {"sep"}));
+  TANDEM_ASSIGN_OR_RETURN(BoundArgs a, Bind("partition", args, {"sep"}, 1));
   TANDEM_ASSIGN_OR_RETURN(std::string sep, StringArg("partition", a[0]));
   if (sep.empty()) return InvalidArgument("empty separator");
   const std::string& s = self.str();
@@ -260,7 +270,7 @@ TANDEM_METHOD(StrPartition) { return Partition(r, self, args, false); }
 TANDEM_METHOD(StrRpartition) { return Partition(r, self, args, true); }
 
 absl::StatusOr<Value> RemoveAffix(Renderer& r, const Value& self, CallArgs& args, bool prefix) {
-  TANDEM_ASSIGN_OR_RETURN(std::vector<Value> a, Bind(prefix ? "removeprefix" : "removesuffix", args, {"affix"}));
+  TANDEM_ASSIGN_OR_RETURN(BoundArgs a, Bind(prefix ? "removeprefix" : "removesuffix", args, {"affix"}, 1));
   TANDEM_ASSIGN_OR_RETURN(std::string x, StringArg("removeprefix", a[0]));
   const std::string& s = self.str();
   if (prefix && s.compare(0, x.size(), x) == 0) return Value::String(s.substr(x.size()));
@@ -275,7 +285,7 @@ TANDEM_METHOD(StrRemovesuffix) { return RemoveAffix(r, self, args, false); }
 // ---- list and tuple ----
 
 TANDEM_METHOD(ListIndex) {
-  TANDEM_ASSIGN_OR_RETURN(std::vector<Value> a, Bind("index", args, {"value"}));
+  TANDEM_ASSIGN_OR_RETURN(BoundArgs a, Bind("index", args, {"value"}, 1));
   const auto& items = self.list().items;
   for (size_t i = 0; i < items.size(); ++i) {
     TANDEM_ASSIGN_OR_RETURN(bool eq, Equal(items[i], a[0], r.budget()));
@@ -285,7 +295,7 @@ TANDEM_METHOD(ListIndex) {
 }
 
 TANDEM_METHOD(ListCount) {
-  TANDEM_ASSIGN_OR_RETURN(std::vector<Value> a, Bind("count", args, {"value"}));
+  TANDEM_ASSIGN_OR_RETURN(BoundArgs a, Bind("count", args, {"value"}, 1));
   int64_t n = 0;
   for (const Value& item : self.list().items) {
     TANDEM_ASSIGN_OR_RETURN(bool eq, Equal(item, a[0], r.budget()));
@@ -302,7 +312,8 @@ TANDEM_METHOD(ListCopy) {
 // ---- dict ----
 
 TANDEM_METHOD(DictGet) {
-  TANDEM_ASSIGN_OR_RETURN(std::vector<Value> a, Bind("get", args, {"key", "default"}));
+  TANDEM_ASSIGN_OR_RETURN(BoundArgs a, Bind("get", args, {"key", "default"}, 1));
+  if (a[0].is_undefined()) return a[1].is_undefined() ? Value::None() : a[1];  // Undefined hashes, matches nothing
   if (!a[0].is_hashable()) return InvalidArgument("unhashable type: '", a[0].TypeName(), "'");
   if (const Value* v = self.dict().Find(a[0])) return *v;
   return a[1].is_undefined() ? Value::None() : a[1];
