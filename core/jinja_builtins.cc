@@ -159,8 +159,10 @@ TANDEM_TEST(TestFloat) { return v.kind() == Kind::kFloat; }
 TANDEM_TEST(TestNumber) { return v.is_number(); }
 TANDEM_TEST(TestString) { return v.is_string(); }
 TANDEM_TEST(TestMapping) { return v.kind() == Kind::kDict; }
+// Undefined has a length and an item lookup, so it counts, as in jinja2.
 TANDEM_TEST(TestSequence) {
-  return v.is_string() || v.kind() == Kind::kDict || (v.kind() == Kind::kList && !v.list().generator);
+  return v.is_undefined() || v.is_string() || v.kind() == Kind::kDict ||
+         (v.kind() == Kind::kList && !v.list().generator);
 }
 // Undefined iterates (as nothing), so it counts, as in jinja2.
 TANDEM_TEST(TestIterable) {
@@ -619,6 +621,11 @@ absl::StatusOr<Value> IndexValue(const Value& seq, int64_t index) {
 
 absl::StatusOr<Value> SliceValue(Renderer& r, const Value& seq, const Value& start, const Value& stop,
                                  const Value& step) {
+  // jinja2 slices with Python's own subscript, not its forgiving getitem: what does not slice is an error.
+  if (seq.kind() == Kind::kDict) return InvalidArgument("unhashable type: 'slice'");
+  if (!seq.is_string() && !(seq.kind() == Kind::kList && !seq.list().generator)) {
+    return InvalidArgument("'", seq.TypeName(), "' object is not subscriptable");
+  }
   auto part = [](const Value& v, bool& ok) -> std::optional<int64_t> {
     if (v.is_none()) return std::nullopt;
     std::optional<int64_t> i = AsInt(v);
@@ -627,8 +634,7 @@ absl::StatusOr<Value> SliceValue(Renderer& r, const Value& seq, const Value& sta
   };
   bool ok = true;
   const std::optional<int64_t> a = part(start, ok), b = part(stop, ok), c = part(step, ok);
-  const bool sliceable = seq.is_string() || (seq.kind() == Kind::kList && !seq.list().generator);
-  if (!ok || !sliceable) return Value::Undefined(Cat("'", seq.TypeName(), "' object cannot be sliced that way"));
+  if (!ok) return InvalidArgument("slice indices must be integers or None or have an __index__ method");
   const int64_t st = c.value_or(1);
   if (st == 0) return InvalidArgument("slice step cannot be zero");
   if (seq.is_string()) {

@@ -104,8 +104,8 @@ bool IsUnsafeMethod(const Value& self, std::string_view name);
 // range, dict, namespace, joiner, raise_exception, strftime_now; Undefined for other names.
 Value FindGlobal(std::string_view name);
 
-// Python's seq[i] (negative from the end; Undefined past either end) and seq[start:stop:step] over lists,
-// tuples and strings (by code point); what does not slice gives Undefined, as jinja2's getitem.
+// Python's seq[i] (negative from the end; Undefined past either end, as jinja2's getitem) and
+// seq[start:stop:step] over lists, tuples and strings (by code point); slicing anything else is an error.
 absl::StatusOr<Value> IndexValue(const Value& seq, int64_t index);
 absl::StatusOr<Value> SliceValue(Renderer& r, const Value& seq, const Value& start, const Value& stop,
                                  const Value& step);

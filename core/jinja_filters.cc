@@ -254,8 +254,11 @@ TANDEM_FILTER(FilterIndent) {
   } else {
     return InvalidArgument("indent() width must be an integer or a string");
   }
-  if (in.is_undefined()) return Renderer::UndefinedError(in);  // jinja2 adds "\n" to it, which fails
-  TANDEM_ASSIGN_OR_RETURN(std::string s, Str(r, in));
+  // jinja2 adds "\n" to the value and splits its lines, which only a string survives.
+  if (in.is_undefined()) return Renderer::UndefinedError(in);
+  if (!in.is_string()) return InvalidArgument("indent() needs a string, not '", in.TypeName(), "'");
+  const std::string& s0 = in.str();
+  std::string s = s0;
   s += "\n";  // jinja2 appends a newline so that splitlines keeps a trailing empty line
   const std::vector<std::string> lines = text::SplitLines(s);
   std::string out;

@@ -21,6 +21,7 @@ with jinja2's output or the fact that it failed.
 
 Needs python3-jinja2 (3.1.6 made the committed files). Not run by CI.
 """
+import copy
 import datetime
 import json
 import os
@@ -306,7 +307,8 @@ def make_engine_cases():
         src = line.replace("\\n", "\n")
         rec = {"template": src}
         try:
-            rec["expected"] = ENV.from_string(src).render(**CONTEXT)
+            # A fresh copy each time: a template may change a list in place (`xs|indent` appends to it in Python).
+            rec["expected"] = ENV.from_string(src).render(**copy.deepcopy(CONTEXT))
         except jinja2.exceptions.TemplateError as e:
             rec["error_kind"] = type(e).__name__
             rec["error"] = str(e)
