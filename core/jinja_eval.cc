@@ -25,6 +25,7 @@ std::string NoAttrHint(const Value& obj, std::string_view name) {
 }  // namespace
 
 absl::Status AtPos(const absl::Status& s, Pos pos) {
+  if (s.ok()) return s;
   return absl::Status(s.code(), Cat(pos.line, ":", pos.col, ": ", s.message()));
 }
 
@@ -59,6 +60,7 @@ absl::Status Renderer::UndefinedError(const Value& v) {
   return InvalidArgument(hint.empty() ? "a value is undefined" : hint);
 }
 
+// A scope a macro captured stays until the render ends; the others go now.
 void Renderer::Release(std::unique_ptr<Scope> scope) {
   if (scope != nullptr && scope->captured) kept_scopes_.push_back(std::move(scope));
 }
@@ -114,15 +116,14 @@ absl::Status Renderer::ExecStmt(const Stmt& s, Scope* scope) {
   if (depth_ > opts_.limits.max_depth) {
     return AtPos(ResourceExhausted("the template nests deeper than ", opts_.limits.max_depth), s.pos);
   }
-  TANDEM_RETURN_IF_ERROR(AtPos(budget_.Spend(1), s.pos));
+  if (absl::Status st = budget_.Spend(1); !st.ok()) return AtPos(st, s.pos);
   switch (s.kind) {
-    case StmtKind::kText: return Emit(s.text);
+    case StmtKind::kText: return AtPos(Emit(s.text), s.pos);
     case StmtKind::kPrint: {
       TANDEM_ASSIGN_OR_RETURN(Value v, Eval(*s.expr, scope));
       absl::StatusOr<std::string> text = ToStr(v, budget_);
       if (!text.ok()) return AtPos(text.status(), s.pos);
-      if (absl::Status st = Emit(*text); !st.ok()) return AtPos(st, s.pos);
-      return absl::OkStatus();
+      return AtPos(Emit(*text), s.pos);
     }
     case StmtKind::kIf: {
       for (const auto& [cond, body] : s.branches) {
@@ -138,7 +139,9 @@ absl::Status Renderer::ExecStmt(const Stmt& s, Scope* scope) {
       absl::StatusOr<std::string> text = Capture(s.body, inner.get());
       Release(std::move(inner));
       if (!text.ok()) return text.status();
-      TANDEM_ASSIGN_OR_RETURN(Value v, MakeString(*std::move(text)));
+      absl::StatusOr<Value> captured = MakeString(*std::move(text));
+      if (!captured.ok()) return AtPos(captured.status(), s.pos);
+      Value v = *std::move(captured);
       if (s.expr != nullptr) {
         TANDEM_ASSIGN_OR_RETURN(v, EvalFilter(*s.expr, scope, &v));
       }
@@ -152,11 +155,12 @@ absl::Status Renderer::ExecStmt(const Stmt& s, Scope* scope) {
       absl::StatusOr<std::string> text = Capture(s.body, inner.get());
       Release(std::move(inner));
       if (!text.ok()) return text.status();
-      TANDEM_ASSIGN_OR_RETURN(Value input, MakeString(*std::move(text)));
-      TANDEM_ASSIGN_OR_RETURN(Value v, EvalFilter(*s.expr, scope, &input));
+      absl::StatusOr<Value> input = MakeString(*std::move(text));
+      if (!input.ok()) return AtPos(input.status(), s.pos);
+      TANDEM_ASSIGN_OR_RETURN(Value v, EvalFilter(*s.expr, scope, &*input));
       absl::StatusOr<std::string> shown = ToStr(v, budget_);
       if (!shown.ok()) return AtPos(shown.status(), s.pos);
-      return Emit(*shown);
+      return AtPos(Emit(*shown), s.pos);
     }
     case StmtKind::kWith: {
       std::vector<std::pair<std::string, Value>> values;
@@ -282,7 +286,7 @@ absl::Status Renderer::ExecCallBlock(const Stmt& s, Scope* scope) {
   TANDEM_ASSIGN_OR_RETURN(Value result, CallValue(callee, args, call.pos));
   absl::StatusOr<std::string> text = ToStr(result, budget_);
   if (!text.ok()) return AtPos(text.status(), s.pos);
-  return Emit(*text);
+  return AtPos(Emit(*text), s.pos);
 }
 
 absl::StatusOr<Value> Renderer::CallMacro(const Stmt& def, Scope* defining, CallArgs& args) {
@@ -314,7 +318,7 @@ absl::StatusOr<Value> Renderer::CallMacro(const Stmt& def, Scope* defining, Call
       break;
     }
     if (matched) continue;
-    if (name == "caller") {
+    if (name == "caller" && def.uses_caller) {
       local->Set("caller", std::move(v));
     } else if (def.uses_kwargs) {
       kwargs.emplace_back(Value::String(name), std::move(v));

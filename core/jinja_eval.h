@@ -74,7 +74,8 @@ class Renderer {
   absl::StatusOr<Value> Lookup(std::string_view name, Scope* scope) const;
   absl::StatusOr<Value> CallMacro(const Stmt& def, Scope* defining, CallArgs& args);
 
-  // Scopes that a macro may still use once their statement is done; freed with the renderer.
+  // A scope lives while its statement runs; Release then frees it, unless a macro defined in it (or below it)
+  // may still be called, in which case kept_scopes_ holds it until the render ends.
   std::unique_ptr<Scope> NewScope(Scope* parent) { return std::make_unique<Scope>(parent); }
   void Release(std::unique_ptr<Scope> scope);
 

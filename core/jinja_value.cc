@@ -303,22 +303,25 @@ Value Value::String(std::string s, bool safe) {
   return v;
 }
 
-absl::StatusOr<Value> Value::List(std::vector<Value> items, bool tuple) {
+absl::StatusOr<Value> Value::MakeList(std::vector<Value> items, bool tuple, bool generator) {
   auto l = std::make_shared<ListData>();
   for (const Value& item : items) l->depth = std::max(l->depth, DepthOf(item) + 1);
   if (l->depth > kMaxValueDepth) return TooDeep();
   l->items = std::move(items);
   l->tuple = tuple;
+  l->generator = generator;
   Value v;
   v.kind_ = Kind::kList;
   v.data_ = std::shared_ptr<const ListData>(std::move(l));
   return v;
 }
 
+absl::StatusOr<Value> Value::List(std::vector<Value> items, bool tuple) {
+  return MakeList(std::move(items), tuple, /*generator=*/false);
+}
+
 absl::StatusOr<Value> Value::Generator(std::vector<Value> items) {
-  TANDEM_ASSIGN_OR_RETURN(Value v, List(std::move(items)));
-  std::const_pointer_cast<ListData>(std::get<std::shared_ptr<const ListData>>(v.data_))->generator = true;
-  return v;
+  return MakeList(std::move(items), /*tuple=*/false, /*generator=*/true);
 }
 
 absl::StatusOr<Value> Value::Dict(std::vector<std::pair<Value, Value>> entries) {

@@ -102,6 +102,8 @@ class Value {
   std::string_view TypeName() const;
 
  private:
+  static absl::StatusOr<Value> MakeList(std::vector<Value> items, bool tuple, bool generator);
+
   Kind kind_ = Kind::kUndefined;
   bool safe_ = false;
   std::variant<std::monostate, bool, int64_t, double, std::shared_ptr<const std::string>,
