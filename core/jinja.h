@@ -6,6 +6,16 @@
 // A template is untrusted input (it comes from a model file): every failure, of syntax or at run time, is an
 // absl::Status whose message starts with the line and column ("12:5: ..."), and Limits bound the work, the
 // nesting and the output of one render.
+//
+// Supported: {{ }}, {% %}, {# #}, - and + whitespace control; if/elif/else, for (loop.*, else, "if" filter,
+// unpacking, break/continue), set (also block set with filters, and namespace attributes), macro with
+// defaults, varargs, kwargs and caller, call blocks, filter blocks, with, raw, Hugging Face's generation;
+// Python's operators, comparisons (chained), in, ~, inline if, subscripts and slices; the filters and tests of
+// jinja2 3.1 that chat templates use (jinja_filters.cc, jinja_builtins.cc), the methods of str, list and
+// dict (jinja_methods.cc), range, dict, namespace, joiner, raise_exception and strftime_now.
+// Not supported: extends, block, include, import, recursive loops, *args and **kwargs in calls, integers past
+// 64 bits (an error), and Python's lazy generators (map, select ... give lists that print as
+// "<generator object>"). Letter case changes cover Latin, Greek and Cyrillic only.
 #pragma once
 
 #include <cstddef>
