@@ -176,8 +176,12 @@ absl::StatusOr<std::string> ChatTemplate::RenderRaw(const Json& messages, const 
   ctx.emplace_back("documents", jinja::Value::None());
   ctx.emplace_back("add_generation_prompt", jinja::Value::Bool(in.add_generation_prompt));
   auto extra_has = [&](std::string_view key) { return in.extra.is_object() && in.extra.contains(std::string(key)); };
-  if (!tokens_.bos.empty() && !extra_has("bos_token")) ctx.emplace_back("bos_token", jinja::Value::String(tokens_.bos));
-  if (!tokens_.eos.empty() && !extra_has("eos_token")) ctx.emplace_back("eos_token", jinja::Value::String(tokens_.eos));
+  if (!tokens_.bos.empty() && !extra_has("bos_token")) {
+    ctx.emplace_back("bos_token", jinja::Value::String(tokens_.bos));
+  }
+  if (!tokens_.eos.empty() && !extra_has("eos_token")) {
+    ctx.emplace_back("eos_token", jinja::Value::String(tokens_.eos));
+  }
   if (in.extra.is_object()) {
     for (const auto& [key, value] : in.extra.items()) TANDEM_RETURN_IF_ERROR(add(key, value));
   }
@@ -190,7 +194,9 @@ absl::StatusOr<std::string> ChatTemplate::RenderRaw(const Json& messages, const 
 absl::StatusOr<std::string> ChatTemplate::Render(const ChatRenderInput& in) const {
   // Mistakes in the request, named as such; the template's own errors below carry its name.
   if (!in.messages.is_array()) return InvalidArgument("messages must be an array");
-  if (!in.extra.is_null() && !in.extra.is_object()) return InvalidArgument("extra template variables must be an object");
+  if (!in.extra.is_null() && !in.extra.is_object()) {
+    return InvalidArgument("extra template variables must be an object");
+  }
   if (in.extra.is_object()) {
     for (const char* key : {"messages", "tools", "documents", "add_generation_prompt"}) {
       if (in.extra.contains(key)) {
@@ -231,7 +237,9 @@ absl::StatusOr<std::string> ChatTemplate::Render(const ChatRenderInput& in) cons
     messages.push_back(std::move(m));
   }
   absl::StatusOr<std::string> out = RenderRaw(messages, in, jinja::Limits{});
-  if (!out.ok()) return absl::Status(out.status().code(), Cat("chat template ", name_, ": ", out.status().message()));
+  if (!out.ok()) {
+    return absl::Status(out.status().code(), Cat("chat template ", name_, ": ", out.status().message()));
+  }
   return out;
 }
 
@@ -260,9 +268,10 @@ void ChatTemplate::ProbeCaps() {
   const std::string string_args = object_args.dump();
   for (const Json& content : {Json(""), Json(nullptr)}) {
     for (bool object : {true, false}) {
+      const Json args = object ? object_args : Json(string_args);
       const Json call = {{"id", "call12345"},
                          {"type", "function"},
-                         {"function", {{"name", "probe_tool"}, {"arguments", object ? object_args : Json(string_args)}}}};
+                         {"function", {{"name", "probe_tool"}, {"arguments", args}}}};
       const Json messages = Json::array({{{"role", "user"}, {"content", "hi"}},
                                          {{"role", "assistant"}, {"content", content}, {"tool_calls", {call}}}});
       if (shows_probe(messages)) {

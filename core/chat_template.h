@@ -40,6 +40,8 @@ struct ChatTokens {
   std::string eos;
 };
 
+// Immutable once made: copies are cheap (the parsed template is shared) and Render may run on several threads at
+// once.
 class ChatTemplate {
  public:
   // What the template accepts, found at Parse by rendering a probe conversation both ways.

@@ -69,7 +69,8 @@ struct Stmt {
   StmtKind kind = StmtKind::kText;
   Pos pos;
   std::string text;               // kText; kMacro's name
-  std::unique_ptr<Expr> expr;     // kPrint, kFor's iterable, kSet's value, kCallBlock's call, kFilterBlock, kSetBlock's filters
+  // kPrint's value, kFor's iterable, kSet's value, kCallBlock's call, the filters of kFilterBlock and kSetBlock.
+  std::unique_ptr<Expr> expr;
   std::unique_ptr<Expr> cond;     // kFor's filter
   std::vector<std::string> targets;  // kFor, kSet, kSetBlock: names; more than one unpacks a sequence
   std::string attr;               // kSet of a namespace attribute: targets[0].attr

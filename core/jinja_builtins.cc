@@ -324,7 +324,9 @@ absl::StatusOr<Value> GlobalRange(Renderer& r, CallArgs& args) {
       step > 0 ? std::ceil((static_cast<long double>(stop) - start) / step)
                : std::ceil((static_cast<long double>(start) - stop) / -static_cast<long double>(step));
   const int64_t count = count_ld <= 0 ? 0 : count_ld > kMaxRange ? kMaxRange + 1 : static_cast<int64_t>(count_ld);
-  if (count > kMaxRange) return InvalidArgument("Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
+  if (count > kMaxRange) {
+    return InvalidArgument("Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
+  }
   TANDEM_RETURN_IF_ERROR(r.budget().Spend(count));
   std::vector<Value> items;
   items.reserve(count);

@@ -18,7 +18,9 @@ bool Flag(const Value& v) { return v.Truthy(); }
 
 // sorted()'s reverse=: Python wants an int there, which an undefined value is not.
 absl::StatusOr<bool> ReverseFlag(const BoundArgs& a, size_t i) {
-  if (a.given(i) && a[i].is_undefined()) return InvalidArgument("'Undefined' object cannot be interpreted as an integer");
+  if (a.given(i) && a[i].is_undefined()) {
+    return InvalidArgument("'Undefined' object cannot be interpreted as an integer");
+  }
   return a[i].Truthy();
 }
 

@@ -67,7 +67,9 @@ absl::StatusOr<std::string> FormatWithSpec(Renderer& r, const Value& v, std::str
     TANDEM_ASSIGN_OR_RETURN(body, ToStr(v, r.budget()));
     if (precision >= 0) {
       const std::u32string cps = text::Decode(body);
-      if (static_cast<size_t>(precision) < cps.size()) body = text::Encode(std::u32string_view(cps).substr(0, precision));
+      if (static_cast<size_t>(precision) < cps.size()) {
+        body = text::Encode(std::u32string_view(cps).substr(0, precision));
+      }
     }
     if (align == 0) align = '<';
   } else if (v.is_number()) {
@@ -232,7 +234,9 @@ absl::StatusOr<std::string> PercentFormat(Renderer& r, std::string_view fmt, con
       case 'd':
       case 'i':
       case 'u':
-        if (!subject.is_number()) return InvalidArgument("%d format: a real number is required, not ", subject.TypeName());
+        if (!subject.is_number()) {
+          return InvalidArgument("%d format: a real number is required, not ", subject.TypeName());
+        }
         subject = Value::Int(subject.kind() == Kind::kFloat ? static_cast<int64_t>(subject.float_value())
                                                             : subject.int_value());
         spec += "d";

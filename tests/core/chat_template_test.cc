@@ -100,7 +100,9 @@ TEST_P(ChatTemplateRefs, RendersAsJinja2) {
 INSTANTIATE_TEST_SUITE_P(AllTemplates, ChatTemplateRefs, testing::ValuesIn(TemplateNames()),
                          [](const testing::TestParamInfo<std::string>& info) {
                            std::string name;
-                           for (char ch : info.param) name.push_back(std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_');
+                           for (char ch : info.param) {
+                             name.push_back(std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_');
+                           }
                            return name;
                          });
 
@@ -135,7 +137,8 @@ TEST(ChatTemplateRender, JoinsTextPartsForStringTemplates) {
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_FALSE(t->caps().typed_content);
   ChatRenderInput in;
-  in.messages = Json::parse(R"([{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+  in.messages = Json::parse(R"([{"role": "user", "content": [{"type": "text", "text": "a"},
+                                                             {"type": "text", "text": "b"}]},
                                 {"role": "user", "content": []}])");
   EXPECT_EQ(*t->Render(in), "[a\nb][]");
   in.messages = Json::parse(R"([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}])");
@@ -151,7 +154,8 @@ TEST(ChatTemplateRender, KeepsPartsForTemplatesThatLoopOverThem) {
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_TRUE(t->caps().typed_content);
   ChatRenderInput in;
-  in.messages = Json::parse(R"([{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}])");
+  in.messages = Json::parse(R"([{"role": "user", "content": [{"type": "text", "text": "a"},
+                                                             {"type": "text", "text": "b"}]}])");
   EXPECT_EQ(*t->Render(in), "<a><b>");
 }
 
@@ -159,7 +163,8 @@ TEST(ChatTemplateRender, ToolCallArgumentsBecomeObjectsWhereTemplatesPrintThemAs
   const char* kMessages = R"([{"role": "assistant", "content": null, "tool_calls": [
       {"id": "1", "type": "function", "function": {"name": "f", "arguments": "{\"x\": [1, 2], \"y\": \"é\"}"}}]}])";
   absl::StatusOr<ChatTemplate> json_style =
-      Inline("{% for m in messages %}{% for c in m.tool_calls %}{{ c.function.arguments|tojson }}{% endfor %}{% endfor %}");
+      Inline("{% for m in messages %}{% for c in m.tool_calls %}{{ c.function.arguments|tojson }}"
+             "{% endfor %}{% endfor %}");
   ASSERT_TRUE(json_style.ok());
   EXPECT_TRUE(json_style->caps().object_arguments);
   ChatRenderInput in;
@@ -168,7 +173,8 @@ TEST(ChatTemplateRender, ToolCallArgumentsBecomeObjectsWhereTemplatesPrintThemAs
 
   // A template that concatenates the arguments as text gets the string as it came.
   absl::StatusOr<ChatTemplate> text_style = Inline(
-      "{% for m in messages %}{% for c in m.tool_calls %}{{ 'args: ' + c.function.arguments }}{% endfor %}{% endfor %}");
+      "{% for m in messages %}{% for c in m.tool_calls %}{{ 'args: ' + c.function.arguments }}"
+      "{% endfor %}{% endfor %}");
   ASSERT_TRUE(text_style.ok());
   EXPECT_FALSE(text_style->caps().object_arguments);
   EXPECT_EQ(*text_style->Render(in), R"(args: {"x": [1, 2], "y": "é"})");
@@ -273,7 +279,8 @@ std::string RenderOne(const ChatTemplate& t) {
 }
 
 TEST(ChatTemplateForModel, TheModelsOwnTemplateWithItsTokens) {
-  Model m = MakeModel({}, {{"tokenizer.chat_template", GgufStr("{{ bos_token }}{{ messages[0].content }}{{ eos_token }}")},
+  Model m = MakeModel({}, {{"tokenizer.chat_template",
+                            GgufStr("{{ bos_token }}{{ messages[0].content }}{{ eos_token }}")},
                            {"tokenizer.chat_template.tool_use", GgufStr("tools!")}});
   absl::StatusOr<ChatTemplate> t = ChatTemplate::ForModel(*m.file, *m.tok, "");
   ASSERT_TRUE(t.ok()) << t.status();
