@@ -69,8 +69,10 @@ class ChatTemplate {
   // from the tokenizer.
   static absl::StatusOr<ChatTemplate> ForModel(const GgufFile& file, const Tokenizer& tok, std::string_view flag);
 
-  // The prompt text. Errors start with the template's name; a conversation the template refuses
-  // (raise_exception) is InvalidArgument with the template's own message.
+  // The prompt text. A request of the wrong shape (messages not an array, a content part that is not text)
+  // is InvalidArgument saying so; the template's own errors read "chat template NAME: L:C: ...", and a
+  // conversation it refuses (raise_exception) is InvalidArgument with its own message there. Running past the
+  // render limits is ResourceExhausted.
   absl::StatusOr<std::string> Render(const ChatRenderInput& in) const;
 
   const std::string& name() const { return name_; }
