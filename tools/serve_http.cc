@@ -1,0 +1,391 @@
+#include "tools/serve_http.h"
+
+#include <httplib.h>
+
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <string_view>
+#include <utility>
+
+#include "core/status.h"
+#include "tools/serve_request.h"
+#include "tools/serve_response.h"
+
+namespace tandem::serve {
+namespace {
+
+using json = ResponseJson;
+
+// The routes, with llama-server's aliases without /v1 (clients configured with a bare base URL use them). `label`
+// is the endpoint the metrics count them under.
+struct Route {
+  std::string_view path;
+  std::string_view method;
+  std::string_view label;
+};
+constexpr Route kRoutes[] = {
+    {"/health", "GET", "/health"},
+    {"/metrics", "GET", "/metrics"},
+    {"/v1/models", "GET", "/v1/models"},
+    {"/models", "GET", "/v1/models"},
+    {"/v1/completions", "POST", "/v1/completions"},
+    {"/completions", "POST", "/v1/completions"},
+    {"/v1/chat/completions", "POST", "/v1/chat/completions"},
+    {"/chat/completions", "POST", "/v1/chat/completions"},
+};
+
+const Route* FindRoute(std::string_view path) {
+  for (const Route& r : kRoutes) {
+    if (r.path == path) return &r;
+  }
+  return nullptr;
+}
+
+std::string_view EndpointLabel(std::string_view path) {
+  const Route* r = FindRoute(path);
+  return r != nullptr ? r->label : "other";
+}
+
+void SendJson(httplib::Response& res, int status, const ResponseJson& body) {
+  res.status = status;
+  res.set_content(Dump(body), "application/json");
+}
+
+void SendError(httplib::Response& res, const ApiError& e) { SendJson(res, e.status, ErrorBody(e)); }
+
+ApiError ServerError(int status, std::string message, std::string code = "") {
+  return ApiError{.status = status, .message = std::move(message), .type = "server_error", .code = std::move(code)};
+}
+
+// Compares in time that depends only on the lengths, so that the key cannot be guessed byte by byte by timing.
+bool SameKey(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+// The stream of one request, fed to the client by httplib's chunked content provider: the chat stream's role
+// chunk, then a chunk per piece of final text, then the finish chunk, the usage chunk when asked, and [DONE].
+class SseStream {
+ public:
+  SseStream(std::shared_ptr<GenerationJob> job, ResponseMeta meta, bool include_usage)
+      : job_(std::move(job)), meta_(std::move(meta)), include_usage_(include_usage) {
+    text_.reserve(256);
+  }
+
+  // One step; false when the client is gone (the job is cancelled then).
+  bool Pump(httplib::DataSink& sink) {
+    if (!opened_) {
+      opened_ = true;
+      if (meta_.endpoint == ApiEndpoint::kChatCompletions) {
+        return Write(sink, SseEvent(StreamChunk(meta_, ChunkContent{.role = true}, include_usage_)));
+      }
+    }
+    text_.clear();
+    if (job_->Next(&text_)) return Write(sink, SseEvent(StreamChunk(meta_, ChunkContent{.text = text_}, include_usage_)));
+    const GenerationOutcome& out = job_->outcome();
+    std::string tail;
+    if (out.status.ok()) {
+      tail = SseEvent(StreamChunk(meta_, ChunkContent{.finish = out.finish}, include_usage_));
+      if (include_usage_) tail += SseEvent(UsageChunk(meta_, out.usage));
+    } else {
+      // The headers went out with 200 already: the error is an event, as llama-server sends it.
+      tail = SseEvent(ErrorBody(ServerError(absl::IsUnavailable(out.status) ? 503 : 500, Message(out.status))));
+    }
+    tail += kSseDone;
+    if (!Write(sink, tail)) return false;
+    sink.done();
+    return true;
+  }
+
+  void Cancel() { job_->Cancel(); }
+
+ private:
+  bool Write(httplib::DataSink& sink, const std::string& s) {
+    if (sink.write(s.data(), s.size())) return true;
+    job_->Cancel();
+    return false;
+  }
+
+  std::shared_ptr<GenerationJob> job_;
+  ResponseMeta meta_;
+  bool include_usage_;
+  bool opened_ = false;
+  std::string text_;
+};
+
+}  // namespace
+
+struct ApiServer::Impl {
+  HttpOptions opts;
+  GenerationWorker& worker;
+  RequestCounters counters;
+  httplib::Server http;
+  int64_t started = 0;  // Unix seconds, /v1/models' "created"
+
+  Impl(HttpOptions o, GenerationWorker& w) : opts(std::move(o)), worker(w) {
+    started = std::chrono::duration_cast<std::chrono::seconds>(
+                  std::chrono::system_clock::now().time_since_epoch())
+                  .count();
+  }
+
+  void Install();
+  bool Authorized(const httplib::Request& req, httplib::Response& res) const;
+  bool Ready(httplib::Response& res) const;
+  std::optional<ApiError> BuildParams(const CompletionRequest& cr, GenerationParams* p) const;
+  void Health(httplib::Response& res) const;
+  void Models(httplib::Response& res) const;
+  void Metrics(httplib::Response& res) const;
+  void Completion(ApiEndpoint endpoint, const httplib::Request& req, httplib::Response& res);
+  void Fallback(const httplib::Request& req, httplib::Response& res) const;
+};
+
+bool ApiServer::Impl::Authorized(const httplib::Request& req, httplib::Response& res) const {
+  if (opts.api_key.empty()) return true;
+  const std::string header = req.get_header_value("Authorization");
+  constexpr std::string_view kBearer = "Bearer ";
+  if (header.size() > kBearer.size() && std::string_view(header).substr(0, kBearer.size()) == kBearer &&
+      SameKey(std::string_view(header).substr(kBearer.size()), opts.api_key)) {
+    return true;
+  }
+  SendError(res, ApiError{.status = 401,
+                          .message = header.empty() ? "You didn't provide an API key: send it as 'Authorization: "
+                                                      "Bearer KEY' (the server runs with --api-key)."
+                                                    : "Incorrect API key provided.",
+                          .code = "invalid_api_key"});
+  res.set_header("WWW-Authenticate", "Bearer");
+  return false;
+}
+
+bool ApiServer::Impl::Ready(httplib::Response& res) const {
+  switch (worker.state()) {
+    case GenerationWorker::State::kReady: return true;
+    case GenerationWorker::State::kLoading:
+      SendError(res, ServerError(503, "the model is loading", "model_loading"));
+      res.set_header("Retry-After", "1");
+      return false;
+    case GenerationWorker::State::kFailed: break;
+  }
+  SendError(res, ServerError(503, Cat("the model failed to load: ", Message(worker.load_status()))));
+  return false;
+}
+
+// The prompt's tokens, a token budget that fits the context, and a seed.
+std::optional<ApiError> ApiServer::Impl::BuildParams(const CompletionRequest& cr, GenerationParams* p) const {
+  const Engine& engine = worker.engine();
+  const Tokenizer& tok = engine.tokenizer();
+  const char* prompt_param = cr.endpoint == ApiEndpoint::kChatCompletions ? "messages" : "prompt";
+  if (cr.endpoint == ApiEndpoint::kChatCompletions) {
+    return ApiError{.status = 501,
+                    .message = "chat completions need the chat template interpreter, which this build does not have "
+                               "yet; use /v1/completions with the template applied by the client",
+                    .type = "server_error",
+                    .code = "not_implemented"};
+  }
+  if (cr.prompt_is_tokens) {
+    for (int32_t id : cr.prompt_tokens) {
+      if (id >= tok.n_vocab()) {
+        return ApiError{.message = Cat("token id ", id, " is out of the vocabulary (", tok.n_vocab(), " tokens)"),
+                        .param = prompt_param};
+      }
+    }
+    p->prompt = cr.prompt_tokens;
+  } else {
+    // Special-token text ("<|im_start|>") is the token, as llama-server reads a raw prompt.
+    p->prompt = tok.Encode(cr.prompt, TokenizeOptions{.add_bos = true, .parse_special = true});
+  }
+  if (p->prompt.empty()) {
+    return ApiError{.message = "the prompt is empty and the model's vocabulary adds no BOS token to start from",
+                    .param = prompt_param};
+  }
+  const int64_t n_ctx = engine.n_ctx();
+  const int64_t n_prompt = static_cast<int64_t>(p->prompt.size());
+  const int64_t wanted = cr.max_tokens.value_or(1);  // without max_tokens, at least one token must fit
+  if (n_prompt + wanted > n_ctx) {
+    std::string message =
+        cr.max_tokens
+            ? Cat("This model's maximum context length is ", n_ctx, " tokens. However, you requested ",
+                  n_prompt + wanted, " tokens (", n_prompt, " in the prompt, ", wanted,
+                  " for the completion). Please reduce the prompt or max_tokens.")
+            : Cat("This model's maximum context length is ", n_ctx, " tokens. However, the prompt has ", n_prompt,
+                  " tokens, which leaves no room for the completion. Please reduce the prompt.");
+    return ApiError{.message = std::move(message), .param = prompt_param, .code = "context_length_exceeded"};
+  }
+  p->max_tokens = static_cast<int>(cr.max_tokens ? *cr.max_tokens : n_ctx - n_prompt);
+  p->sampling = cr.sampling;
+  p->sampling.seed = cr.seed ? *cr.seed : std::random_device{}();
+  p->stops = cr.stop;
+  p->ignore_eos = cr.ignore_eos;
+  return std::nullopt;
+}
+
+void ApiServer::Impl::Completion(ApiEndpoint endpoint, const httplib::Request& req, httplib::Response& res) {
+  if (!Ready(res)) return;
+  CompletionRequest cr;
+  if (std::optional<ApiError> e = ParseCompletionRequest(req.body, endpoint, &cr)) return SendError(res, *e);
+  GenerationParams params;
+  if (std::optional<ApiError> e = BuildParams(cr, &params)) return SendError(res, *e);
+  auto job = std::make_shared<GenerationJob>(std::move(params));
+  if (absl::Status st = worker.Submit(job); !st.ok()) {
+    res.set_header("Retry-After", "1");
+    return SendError(res, ServerError(503, Message(st), absl::IsResourceExhausted(st) ? "queue_full" : ""));
+  }
+  ResponseMeta meta = NewResponseMeta(endpoint, opts.model_id);
+  if (cr.stream) {
+    auto stream = std::make_shared<SseStream>(job, std::move(meta), cr.include_usage);
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream", [stream](size_t, httplib::DataSink& sink) { return stream->Pump(sink); },
+        [stream](bool) { stream->Cancel(); });  // a finished job ignores it; a running one stops
+    return;
+  }
+  std::string text;
+  while (job->Next(&text)) {
+  }
+  const GenerationOutcome& out = job->outcome();
+  if (!out.status.ok()) {
+    return SendError(res, ServerError(absl::IsUnavailable(out.status) ? 503 : 500, Message(out.status)));
+  }
+  SendJson(res, 200, CompletionBody(meta, text, out.finish, out.usage));
+}
+
+void ApiServer::Impl::Health(httplib::Response& res) const {
+  switch (worker.state()) {
+    case GenerationWorker::State::kLoading: return SendJson(res, 503, {{"status", "loading"}});
+    case GenerationWorker::State::kFailed: return SendJson(res, 503, {{"status", "error"}});
+    case GenerationWorker::State::kReady: break;
+  }
+  const WorkerMetrics m = worker.Metrics();
+  SendJson(res, 200, {{"status", m.running > 0 || m.queue_depth > 0 ? "busy" : "ok"}});
+}
+
+void ApiServer::Impl::Models(httplib::Response& res) const {
+  if (!Ready(res)) return;
+  const Engine& e = worker.engine();
+  json model = {{"id", opts.model_id},
+                {"object", "model"},
+                {"created", started},
+                {"owned_by", "tandem"},
+                {"meta",
+                 {{"arch", e.config().arch},
+                  {"name", e.config().name},
+                  {"n_vocab", e.config().n_vocab},
+                  {"n_ctx", e.n_ctx()},
+                  {"n_ctx_train", e.config().n_ctx_train}}}};
+  SendJson(res, 200, {{"object", "list"}, {"data", json::array({std::move(model)})}});
+}
+
+void ApiServer::Impl::Metrics(httplib::Response& res) const {
+  res.status = 200;
+  res.set_content(RenderPrometheus(counters.Snapshot(), worker.Metrics(), ResidentBytes()),
+                  "text/plain; version=0.0.4; charset=utf-8");
+}
+
+// A path no route has (404), or a route asked with the wrong method (405, with the one it takes).
+void ApiServer::Impl::Fallback(const httplib::Request& req, httplib::Response& res) const {
+  if (const Route* r = FindRoute(req.path)) {
+    res.set_header("Allow", std::string(r->method));
+    return SendError(res, ApiError{.status = 405,
+                                   .message = Cat(req.method, " is not allowed on ", req.path, "; use ", r->method),
+                                   .code = "method_not_allowed"});
+  }
+  SendError(res, ApiError{.status = 404, .message = Cat("Invalid URL (", req.method, " ", req.path, ")"),
+                          .code = "unknown_url"});
+}
+
+void ApiServer::Impl::Install() {
+  using httplib::Request;
+  using httplib::Response;
+  // Every route but /health asks for the key (as llama-server does, so that health checks need no secret).
+  auto keyed = [this](auto handler) {
+    return [this, handler](const Request& req, Response& res) {
+      if (Authorized(req, res)) handler(req, res);
+    };
+  };
+  http.Get("/health", [this](const Request&, Response& res) { Health(res); });
+  for (const Route& r : kRoutes) {
+    const std::string path(r.path);
+    if (r.label == "/metrics") {
+      http.Get(path, keyed([this](const Request&, Response& res) { Metrics(res); }));
+    } else if (r.label == "/v1/models") {
+      http.Get(path, keyed([this](const Request&, Response& res) { Models(res); }));
+    } else if (r.label == "/v1/completions") {
+      http.Post(path, keyed([this](const Request& req, Response& res) {
+        Completion(ApiEndpoint::kCompletions, req, res);
+      }));
+    } else if (r.label == "/v1/chat/completions") {
+      http.Post(path, keyed([this](const Request& req, Response& res) {
+        Completion(ApiEndpoint::kChatCompletions, req, res);
+      }));
+    }
+  }
+  // Fallbacks as routes (not a pre-routing check) so that the body is read first and the connection stays in step.
+  const auto fallback = [this](const Request& req, Response& res) { Fallback(req, res); };
+  http.Get(".*", fallback);
+  http.Post(".*", fallback);
+  http.Put(".*", fallback);
+  http.Patch(".*", fallback);
+  http.Delete(".*", fallback);
+  http.Options(".*", fallback);
+
+  // What httplib answers by itself (a malformed request 400, a body over the limit 413, a URI too long 414) gets
+  // OpenAI's error shape too; handlers' own errors have their bodies already.
+  http.set_error_handler(httplib::Server::HandlerWithResponse([this](const Request& req, Response& res) {
+    if (!res.body.empty() || res.content_provider_) return httplib::Server::HandlerResponse::Unhandled;
+    std::string message;
+    switch (res.status) {
+      case 400: message = "malformed HTTP request"; break;
+      case 413: message = Cat("the request body is over the limit of ", opts.max_body_bytes, " bytes (--max-body)"); break;
+      case 414: message = "the request URI is too long"; break;
+      default: message = Cat("HTTP status ", res.status);
+    }
+    SendError(res, res.status >= 500 ? ServerError(res.status, message)
+                                     : ApiError{.status = res.status, .message = message});
+    return httplib::Server::HandlerResponse::Handled;
+  }));
+  http.set_exception_handler([](const Request&, Response& res, std::exception_ptr ep) {
+    std::string what = "unknown exception";
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    SendError(res, ServerError(500, Cat("internal error: ", what)));
+  });
+  http.set_logger([this](const Request& req, const Response& res) {
+    counters.Count(EndpointLabel(req.path), res.status);
+    std::fprintf(stderr, "%s %s %d\n", req.method.c_str(), req.path.c_str(), res.status);
+  });
+  http.set_payload_max_length(opts.max_body_bytes);
+  const int n_threads = opts.n_threads;
+  http.new_task_queue = [n_threads] { return new httplib::ThreadPool(static_cast<size_t>(n_threads)); };
+}
+
+ApiServer::ApiServer(HttpOptions opts, GenerationWorker& worker)
+    : impl_(std::make_unique<Impl>(std::move(opts), worker)) {
+  impl_->Install();
+}
+
+ApiServer::~ApiServer() = default;
+
+absl::StatusOr<int> ApiServer::Bind() {
+  const HttpOptions& o = impl_->opts;
+  if (o.port == 0) {
+    const int port = impl_->http.bind_to_any_port(o.host);
+    if (port < 0) return absl::UnavailableError(Cat("cannot listen on ", o.host, " (any port)"));
+    return port;
+  }
+  if (!impl_->http.bind_to_port(o.host, o.port)) {
+    return absl::UnavailableError(Cat("cannot listen on ", o.host, ":", o.port, " (in use, or not an address here)"));
+  }
+  return o.port;
+}
+
+void ApiServer::Serve() { impl_->http.listen_after_bind(); }
+
+void ApiServer::Stop() { impl_->http.stop(); }
+
+}  // namespace tandem::serve
