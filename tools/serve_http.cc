@@ -2,10 +2,13 @@
 
 #include <httplib.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <mutex>
 #include <random>
 #include <string_view>
+#include <thread>
 #include <utility>
 
 #include "core/status.h"
@@ -70,10 +73,15 @@ bool SameKey(std::string_view a, std::string_view b) {
 // chunk, then a chunk per piece of final text, then the finish chunk, the usage chunk when asked, and [DONE].
 class SseStream {
  public:
-  SseStream(std::shared_ptr<GenerationJob> job, ResponseMeta meta, bool include_usage)
-      : job_(std::move(job)), meta_(std::move(meta)), include_usage_(include_usage) {
+  // `open` counts the streams alive, so that stopping can let them write their last events first.
+  SseStream(std::shared_ptr<GenerationJob> job, ResponseMeta meta, bool include_usage, std::atomic<int>& open)
+      : job_(std::move(job)), meta_(std::move(meta)), include_usage_(include_usage), open_(open) {
     text_.reserve(256);
+    ++open_;
   }
+  ~SseStream() { --open_; }
+  SseStream(const SseStream&) = delete;
+  SseStream& operator=(const SseStream&) = delete;
 
   // One step; false when the client is gone (the job is cancelled then).
   bool Pump(httplib::DataSink& sink) {
@@ -112,6 +120,7 @@ class SseStream {
   std::shared_ptr<GenerationJob> job_;
   ResponseMeta meta_;
   bool include_usage_;
+  std::atomic<int>& open_;
   bool opened_ = false;
   std::string text_;
 };
@@ -124,6 +133,13 @@ struct ApiServer::Impl {
   RequestCounters counters;
   httplib::Server http;
   int64_t started = 0;  // Unix seconds, /v1/models' "created"
+  // httplib's stop() does nothing before listen_after_bind has started: Stop() waits for that, or keeps Serve()
+  // from starting.
+  std::mutex serve_mu;
+  bool stop_requested = false;
+  bool serving = false;
+  std::atomic<bool> serve_returned{false};
+  std::atomic<int> open_streams{0};
 
   Impl(HttpOptions o, GenerationWorker& w) : opts(std::move(o)), worker(w) {
     started = std::chrono::duration_cast<std::chrono::seconds>(
@@ -234,7 +250,7 @@ void ApiServer::Impl::Completion(ApiEndpoint endpoint, const httplib::Request& r
   }
   ResponseMeta meta = NewResponseMeta(endpoint, opts.model_id);
   if (cr.stream) {
-    auto stream = std::make_shared<SseStream>(job, std::move(meta), cr.include_usage);
+    auto stream = std::make_shared<SseStream>(job, std::move(meta), cr.include_usage, open_streams);
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream", [stream](size_t, httplib::DataSink& sink) { return stream->Pump(sink); },
@@ -355,8 +371,11 @@ void ApiServer::Impl::Install() {
     }
     SendError(res, ServerError(500, Cat("internal error: ", what)));
   });
-  http.set_logger([this](const Request& req, const Response& res) {
+  // Counted just before the response goes out, so that a client that has its answer sees it counted.
+  http.set_post_routing_handler([this](const Request& req, Response& res) {
     counters.Count(EndpointLabel(req.path), res.status);
+  });
+  http.set_logger([](const Request& req, const Response& res) {
     std::fprintf(stderr, "%s %s %d\n", req.method.c_str(), req.path.c_str(), res.status);
   });
   http.set_payload_max_length(opts.max_body_bytes);
@@ -384,8 +403,30 @@ absl::StatusOr<int> ApiServer::Bind() {
   return o.port;
 }
 
-void ApiServer::Serve() { impl_->http.listen_after_bind(); }
+void ApiServer::Serve() {
+  {
+    const std::lock_guard<std::mutex> lock(impl_->serve_mu);
+    if (impl_->stop_requested) return;
+    impl_->serving = true;
+  }
+  impl_->http.listen_after_bind();
+  impl_->serve_returned = true;
+}
 
-void ApiServer::Stop() { impl_->http.stop(); }
+void ApiServer::Stop() {
+  {
+    const std::lock_guard<std::mutex> lock(impl_->serve_mu);
+    impl_->stop_requested = true;
+    if (!impl_->serving) return;
+  }
+  while (!impl_->http.is_running() && !impl_->serve_returned) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  // Streams stop being pumped once the server stops: let those still open write their last events. Their jobs
+  // have ended (the worker stops first), so only a client that does not read holds one, up to the write timeout.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (impl_->open_streams > 0 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  impl_->http.stop();
+}
 
 }  // namespace tandem::serve

@@ -27,6 +27,8 @@ class ApiServer {
   absl::StatusOr<int> Bind();
   // Answers requests until Stop(); call after Bind, on a thread of its own.
   void Serve();
+  // Stops listening, after the responses still streaming have written their last events (stop the worker first,
+  // so that they have them).
   void Stop();
 
  private:
