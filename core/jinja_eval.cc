@@ -607,6 +607,12 @@ absl::StatusOr<Value> Renderer::GetAttr(const Value& obj, std::string_view name)
       }
       break;
     }
+    case Kind::kInt:
+    case Kind::kFloat:
+    case Kind::kBool:
+      if (name == "real") return obj.kind() == Kind::kFloat ? obj : Value::Int(obj.int_value());
+      if (name == "imag") return obj.kind() == Kind::kFloat ? Value::Float(0) : Value::Int(0);
+      break;
     default: break;
   }
   return Value::Undefined(NoAttrHint(obj, name));

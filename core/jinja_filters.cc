@@ -53,6 +53,10 @@ TANDEM_FILTER(FilterAbs) {
 TANDEM_FILTER(FilterAttr) {
   TANDEM_ASSIGN_OR_RETURN(std::vector<Value> a, Bind("attr", args, {"name"}));
   TANDEM_ASSIGN_OR_RETURN(std::string name, StringArg("attr", a[0]));
+  // Python's getattr alone: a dict's keys are not its attributes.
+  if (in.kind() == Kind::kDict && FindMethod(in, name) == nullptr) {
+    return Value::Undefined(Cat("'dict object' has no attribute '", name, "'"));
+  }
   return r.GetAttr(in, name);
 }
 
@@ -466,6 +470,21 @@ TANDEM_FILTER(FilterRound) {
     return InvalidArgument("method must be common, ceil or floor");
   }
   if (!in.is_number()) return InvalidArgument("type ", in.TypeName(), " doesn't define __round__ method");
+  if (method == "common" && in.kind() != Kind::kFloat) {
+    // round(int, n) stays an int: unchanged for n >= 0, else to a multiple of 10^-n, halves to even.
+    const int64_t v = in.int_value();
+    if (precision >= 0) return Value::Int(v);
+    if (precision < -18) return Value::Int(0);
+    int64_t q = 1;
+    for (int64_t i = 0; i < -precision; ++i) q *= 10;
+    int64_t down = v / q * q;
+    if (v < 0 && down != v) down -= q;
+    const int64_t rest = v - down;  // 0 <= rest < q
+    const bool up = rest * 2 > q || (rest * 2 == q && (down / q) % 2 != 0);
+    int64_t out = 0;
+    if (__builtin_add_overflow(down, up ? q : 0, &out)) return InvalidArgument("integer overflow");
+    return Value::Int(out);
+  }
   const double x = in.float_value();
   if (!std::isfinite(x)) return Value::Float(x);
   const int p = static_cast<int>(std::clamp<int64_t>(precision, -308, 308));

@@ -78,11 +78,19 @@ class Lexer {
   }
 
  private:
+  // Tokens come in order, so the column is counted on from the last one (a long line stays linear).
   Pos PosAt(size_t offset) const {
     const auto it = std::upper_bound(line_starts_.begin(), line_starts_.end(), offset);
     const size_t line = static_cast<size_t>(it - line_starts_.begin());
     const size_t start = line_starts_[line - 1];
-    return Pos{static_cast<int>(line), static_cast<int>(text::Length(src_.substr(start, offset - start))) + 1};
+    if (cache_line_ != line || cache_offset_ > offset) {
+      cache_line_ = line;
+      cache_offset_ = start;
+      cache_col_ = 1;
+    }
+    cache_col_ += text::Length(src_.substr(cache_offset_, offset - cache_offset_));
+    cache_offset_ = offset;
+    return Pos{static_cast<int>(line), static_cast<int>(cache_col_)};
   }
 
   absl::Status Error(size_t offset, std::string_view msg) const {
@@ -457,6 +465,9 @@ class Lexer {
   std::vector<size_t> line_starts_;
   std::vector<Token> tokens_;
   bool line_starting_ = true;  // the last thing matched ended a line (jinja2's lstrip_blocks needs it)
+  mutable size_t cache_line_ = 0;
+  mutable size_t cache_offset_ = 0;
+  mutable size_t cache_col_ = 1;
 };
 
 }  // namespace
