@@ -62,7 +62,8 @@ int CmdServe(std::span<const std::string> argv) {
 
   const std::string model_id =
       f.alias.empty() ? std::filesystem::path(f.model).filename().string() : f.alias;
-  serve::GenerationWorker worker(serve::WorkerOptions{.engine = eo, .n_slots = f.parallel, .max_queue = f.max_queue});
+  serve::GenerationWorker worker(serve::WorkerOptions{
+      .engine = eo, .n_slots = f.parallel, .max_queue = f.max_queue, .chat_template = f.chat_template});
   // Each client waiting in the queue or streaming holds an HTTP thread; the rest answer /health and /metrics.
   serve::ApiServer server(serve::HttpOptions{.host = f.host,
                                              .port = f.port,
@@ -89,7 +90,13 @@ int CmdServe(std::span<const std::string> argv) {
       worker.Stop();
       return Fail(worker.load_status());
     }
-    std::fprintf(stderr, "loaded %s: context %d, serving\n", model_id.c_str(), worker.engine().n_ctx());
+    std::fprintf(stderr, "loaded %s: context %d, chat template %s; serving\n", model_id.c_str(),
+                 worker.engine().n_ctx(),
+                 worker.chat_template() != nullptr ? worker.chat_template()->name().c_str() : "none");
+    if (worker.chat_template() == nullptr) {
+      std::fprintf(stderr, "warning: /v1/chat/completions is refused: %s\n",
+                   Message(worker.chat_template_status()).c_str());
+    }
   }
 
   struct sigaction now {};

@@ -194,13 +194,29 @@ std::optional<ApiError> ApiServer::Impl::BuildParams(const CompletionRequest& cr
   const Tokenizer& tok = engine.tokenizer();
   const char* prompt_param = cr.endpoint == ApiEndpoint::kChatCompletions ? "messages" : "prompt";
   if (cr.endpoint == ApiEndpoint::kChatCompletions) {
-    return ApiError{.status = 501,
-                    .message = "chat completions need the chat template interpreter, which this build does not have "
-                               "yet; use /v1/completions with the template applied by the client",
-                    .type = "server_error",
-                    .code = "not_implemented"};
-  }
-  if (cr.prompt_is_tokens) {
+    const ChatTemplate* tmpl = worker.chat_template();
+    if (tmpl == nullptr) {
+      return ServerError(500, Cat("this server has no chat template: ", Message(worker.chat_template_status())),
+                         "no_chat_template");
+    }
+    absl::StatusOr<std::string> text = tmpl->Render(ChatRenderInput{
+        .messages = cr.messages,
+        .add_generation_prompt = true,
+        .tools = cr.tools,
+        .extra = cr.template_kwargs.is_null() ? nlohmann::ordered_json::object() : cr.template_kwargs});
+    if (!text.ok()) {
+      // The template refusing the conversation (raise_exception) is the request's fault; anything else ours.
+      if (absl::IsInvalidArgument(text.status())) {
+        return ApiError{.message = Message(text.status()), .param = prompt_param};
+      }
+      return ServerError(500, Message(text.status()));
+    }
+    p->prompt = tok.Encode(*text, TokenizeOptions{.add_bos = true, .parse_special = true});
+    // A template that writes bos_token itself: the tokenizer's own BOS would be a second one.
+    if (p->prompt.size() >= 2 && p->prompt[0] == tok.bos_id() && p->prompt[1] == tok.bos_id()) {
+      p->prompt.erase(p->prompt.begin());
+    }
+  } else if (cr.prompt_is_tokens) {
     for (int32_t id : cr.prompt_tokens) {
       if (id >= tok.n_vocab()) {
         return ApiError{.message = Cat("token id ", id, " is out of the vocabulary (", tok.n_vocab(), " tokens)"),

@@ -9,7 +9,7 @@
 namespace tandem::serve {
 namespace {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 
 ApiError BadField(std::string_view param, std::string message) {
   return ApiError{.status = 400, .message = std::move(message), .param = std::string(param)};
@@ -152,8 +152,9 @@ std::optional<ApiError> ReadPrompt(const json& obj, const RequestLimits& limits,
   return WrongType("prompt", kShapes, v[0]);
 }
 
-// "messages": each an object with a string role and content that is a string, null, or text parts (joined by
-// newlines, since most templates expect a string). Other keys (name, tool_calls, tool_call_id) go to the template.
+// "messages": each an object with a string role and content that is a string, null, or text parts (the chat
+// template joins them or hands them over, as the template wants). Other keys (name, tool_calls, tool_call_id)
+// go to the template.
 std::optional<ApiError> ReadMessages(const json& obj, CompletionRequest* out) {
   const json& v = Field(obj, "messages");
   if (v.is_null()) return BadField("messages", "'messages' is required");
@@ -171,10 +172,8 @@ std::optional<ApiError> ReadMessages(const json& obj, CompletionRequest* out) {
       return BadField(Cat(at, ".role"), Cat("Invalid value for '", at, ".role': '", r,
                                             "' (expected system, developer, user, assistant or tool)"));
     }
-    json msg = m;
     const json& content = Field(m, "content");
     if (content.is_array()) {
-      std::string joined;
       for (size_t j = 0; j < content.size(); ++j) {
         const json& part = content[j];
         const std::string pat = Cat(at, ".content[", j, "]");
@@ -186,14 +185,11 @@ std::optional<ApiError> ReadMessages(const json& obj, CompletionRequest* out) {
         }
         const json& text = Field(part, "text");
         if (!text.is_string()) return WrongType(Cat(pat, ".text"), "a string", text);
-        if (j > 0) joined += '\n';
-        joined += text.get_ref<const std::string&>();
       }
-      msg["content"] = std::move(joined);
     } else if (!content.is_string() && !content.is_null()) {
       return WrongType(Cat(at, ".content"), "a string or an array of content parts", content);
     }
-    out->messages.push_back(std::move(msg));
+    out->messages.push_back(m);
   }
   return std::nullopt;
 }

@@ -22,10 +22,11 @@ struct CompletionRequest {
   std::string prompt;
   std::vector<int32_t> prompt_tokens;
   bool prompt_is_tokens = false;
-  // /v1/chat/completions: [{role, content: string, ...}], content parts of type text joined; other keys kept.
-  nlohmann::json messages;
-  nlohmann::json tools;             // null when none, for the chat template
-  nlohmann::json template_kwargs;   // chat_template_kwargs (llama-server's field): extra template variables
+  // /v1/chat/completions, as the client sent them (ordered_json keeps its key order, which a template that
+  // prints a tool schema shows): [{role, content: string | null | text parts, ...}]; other keys go to the template.
+  nlohmann::ordered_json messages;
+  nlohmann::ordered_json tools;            // null when none
+  nlohmann::ordered_json template_kwargs;  // chat_template_kwargs (llama-server's field): more template variables
   std::optional<int> max_tokens;    // max_completion_tokens, else max_tokens; unset: to the end of the context
   SamplerOptions sampling;          // the fields the request did not set keep run's defaults (llama.cpp's)
   std::optional<uint64_t> seed;     // unset or -1: a random seed

@@ -91,6 +91,18 @@ void GenerationWorker::Main(std::function<void()> on_load_done) {
     return;
   }
   engine_ = *std::move(engine);
+  // A template the flag names must load; without the flag, a model with none still serves completions.
+  absl::StatusOr<ChatTemplate> tmpl = ChatTemplate::ForModel(engine_->file(), engine_->tokenizer(), opts_.chat_template);
+  if (tmpl.ok()) {
+    chat_template_ = *std::move(tmpl);
+  } else if (!opts_.chat_template.empty()) {
+    load_status_ = tmpl.status();
+    state_.store(State::kFailed, std::memory_order_release);
+    if (on_load_done) on_load_done();
+    return;
+  } else {
+    chat_template_status_ = tmpl.status();
+  }
   {
     const std::lock_guard<std::mutex> lock(mu_);
     slot_ = std::make_unique<Slot>(*engine_);

@@ -8,9 +8,12 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <thread>
 
 #include "absl/status/status.h"
+#include "core/chat_template.h"
 #include "graph/engine.h"
 #include "tools/serve_job.h"
 #include "tools/serve_metrics.h"
@@ -22,6 +25,7 @@ struct WorkerOptions {
   EngineOptions engine;
   int n_slots = 1;    // sequences generated at once; only 1 until the engine has several KV sequences
   int max_queue = 8;  // jobs waiting for a slot before Submit refuses
+  std::string chat_template;  // --chat-template: NAME or FILE; empty: the model's own, if it has one
 };
 
 class GenerationWorker {
@@ -39,6 +43,10 @@ class GenerationWorker {
   // Valid once state() is kReady; the engine's tokenizer, file and config do not change after loading, so other
   // threads may read them (the executor is the worker's alone).
   const Engine& engine() const { return *engine_; }
+  // The chat template, also fixed once loaded (rendering is const); null when the model has none and none was
+  // named, and then chat_template_status() says why.
+  const ChatTemplate* chat_template() const { return chat_template_ ? &*chat_template_ : nullptr; }
+  const absl::Status& chat_template_status() const { return chat_template_status_; }
 
   // Queues a job. Unavailable while loading or stopping; ResourceExhausted when the queue is full.
   absl::Status Submit(std::shared_ptr<GenerationJob> job);
@@ -55,6 +63,8 @@ class GenerationWorker {
   std::atomic<State> state_{State::kLoading};
   absl::Status load_status_;  // written before state_ leaves kLoading
   std::unique_ptr<Engine> engine_;
+  std::optional<ChatTemplate> chat_template_;
+  absl::Status chat_template_status_;
   std::unique_ptr<Slot> slot_;  // one today: see serve_slot.h
 
   mutable std::mutex mu_;  // guards the queue, stopping_ and metrics_

@@ -1,7 +1,7 @@
 // `tandem serve` through a real HTTP client: the OpenAI shapes clients depend on, greedy (and seeded) output equal
 // to `tandem run`'s, streaming that concatenates to the whole answer, stop strings, limits, errors with the right
-// status, Prometheus metrics, and two clients at once. serve_robustness_test.cc has keys, signals, a full queue
-// and malformed HTTP.
+// status, Prometheus metrics, and two clients at once. serve_chat_test.cc has chat through the chat template;
+// serve_robustness_test.cc has keys, signals, a full queue and malformed HTTP.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -316,7 +316,7 @@ TEST_F(Serve, UnknownRouteIs404AndWrongMethodIs405) {
   EXPECT_EQ(del->status, 405);
 }
 
-// The chat route validates its messages; answering waits for the chat template interpreter.
+// The chat route validates its messages before anything else (serve_chat_test.cc has chat itself).
 TEST_F(Serve, ChatCompletionsValidatesMessages) {
   const JsonReply bad = PostJson(*client_, "/v1/chat/completions", json({{"messages", "hi"}}));
   EXPECT_EQ(bad.status, 400);
