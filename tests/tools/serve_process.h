@@ -40,8 +40,10 @@ inline std::string ShellQuote(const std::string& s) {
 
 class ServeProcess {
  public:
-  // Starts `tandem serve ARGS --port 0` and waits until /health answers 200. Check ok() (failures are recorded).
-  explicit ServeProcess(const std::vector<std::string>& args, bool wait_ready = true) {
+  // Starts `tandem serve ARGS --port 0` and waits until /health answers 200 (unless not `wait_ready`). Check ok()
+  // (failures are recorded). `env`: NAME=VALUE settings for the server only.
+  explicit ServeProcess(const std::vector<std::string>& args, bool wait_ready = true,
+                        const std::vector<std::string>& env = {}) {
     err_path_ = (std::filesystem::temp_directory_path() /
                  ("tandem-serve-" + std::to_string(getpid()) + "-" + std::to_string(counter_++) + ".err"))
                     .string();
@@ -56,6 +58,13 @@ class ServeProcess {
     std::vector<char*> argv;
     for (std::string& a : argv_s) argv.push_back(a.data());
     argv.push_back(nullptr);
+    // The environment is built before fork: the child of a threaded process only calls exec.
+    std::vector<std::string> env_s = env;
+    // The settings go first: getenv takes the first entry of a name.
+    std::vector<char*> envp;
+    for (std::string& e : env_s) envp.push_back(e.data());
+    for (char** e = environ; *e != nullptr; ++e) envp.push_back(*e);
+    envp.push_back(nullptr);
     pid_ = fork();
     if (pid_ == 0) {
       dup2(out[1], STDOUT_FILENO);
@@ -63,7 +72,7 @@ class ServeProcess {
       if (err >= 0) dup2(err, STDERR_FILENO);
       close(out[0]);
       close(out[1]);
-      execv(argv[0], argv.data());
+      execve(argv[0], argv.data(), envp.data());
       _exit(127);
     }
     close(out[1]);

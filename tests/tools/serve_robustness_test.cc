@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <thread>
@@ -196,6 +197,37 @@ TEST(ServeHttp, MalformedRequestsLeaveTheServerUp) {
                                                             {"temperature", 0}}));
   ASSERT_EQ(r.status, 200) << r.raw;
   EXPECT_EQ(r.body["choices"][0]["text"], ref.text);
+}
+
+// The model loads after the socket is bound, so /health can say so: 503 {"status": "loading"}, and the API
+// answers 503 in OpenAI's error shape until it is ready. A fresh calibration cache makes loading take a while
+// (the CPU's kernels are measured first); should it still finish before the first request, there is nothing to see.
+TEST(ServeHealth, LoadingIs503UntilReady) {
+  const std::filesystem::path cache =
+      std::filesystem::temp_directory_path() / ("tandem-serve-cache-" + std::to_string(getpid()));
+  std::filesystem::remove_all(cache);
+  std::filesystem::create_directories(cache);
+  {
+    ServeProcess server({"-m", Model(), "-t", "1", "-c", "128"}, /*wait_ready=*/false,
+                        {"XDG_CACHE_HOME=" + cache.string()});
+    ASSERT_TRUE(server.ok());
+    auto c = server.Client();
+    httplib::Result health = c->Get("/health");
+    ASSERT_TRUE(health);
+    if (health->status == 200) {
+      GTEST_SKIP() << "the model loaded before the first request";
+    }
+    EXPECT_EQ(health->status, 503);
+    EXPECT_EQ(json::parse(health->body), json({{"status", "loading"}}));
+    const JsonReply completion = PostJson(*c, "/v1/completions", json({{"prompt", "Once"}, {"max_tokens", 1}}));
+    if (completion.status != 200) {  // unless loading finished meanwhile
+      EXPECT_EQ(completion.status, 503) << completion.raw;
+      test::ExpectErrorShape(completion);
+    }
+    ASSERT_TRUE(server.WaitReady());
+    EXPECT_EQ(PostJson(*c, "/v1/completions", json({{"prompt", "Once"}, {"max_tokens", 1}})).status, 200);
+  }
+  std::filesystem::remove_all(cache);
 }
 
 TEST(ServeSignals, SigtermExitsZero) {
