@@ -6,14 +6,15 @@
 #include <chrono>
 #include <cstdio>
 #include <mutex>
-#include <random>
 #include <string_view>
 #include <thread>
 #include <utility>
 
 #include "core/status.h"
+#include "tools/serve_params.h"
 #include "tools/serve_request.h"
 #include "tools/serve_response.h"
+#include "tools/serve_sse.h"
 
 namespace tandem::serve {
 namespace {
@@ -57,10 +58,6 @@ void SendJson(httplib::Response& res, int status, const ResponseJson& body) {
 
 void SendError(httplib::Response& res, const ApiError& e) { SendJson(res, e.status, ErrorBody(e)); }
 
-ApiError ServerError(int status, std::string message, std::string code = "") {
-  return ApiError{.status = status, .message = std::move(message), .type = "server_error", .code = std::move(code)};
-}
-
 // Compares in time that depends only on the lengths, so that the key cannot be guessed byte by byte by timing.
 bool SameKey(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;
@@ -69,60 +66,17 @@ bool SameKey(std::string_view a, std::string_view b) {
   return diff == 0;
 }
 
-// The stream of one request, fed to the client by httplib's chunked content provider: the chat stream's role
-// chunk, then a chunk per piece of final text, then the finish chunk, the usage chunk when asked, and [DONE].
-class SseStream {
- public:
-  // `open` counts the streams alive, so that stopping can let them write their last events first.
-  SseStream(std::shared_ptr<GenerationJob> job, ResponseMeta meta, bool include_usage, std::atomic<int>& open)
-      : job_(std::move(job)), meta_(std::move(meta)), include_usage_(include_usage), open_(open) {
-    text_.reserve(256);
-    ++open_;
+// A stream the server counts while it is open, so that stopping can let it write its last events first.
+struct OpenStream {
+  OpenStream(std::shared_ptr<GenerationJob> job, ResponseMeta meta, bool include_usage, std::atomic<int>& open)
+      : sse(std::move(job), std::move(meta), include_usage), open(open) {
+    ++open;
   }
-  ~SseStream() { --open_; }
-  SseStream(const SseStream&) = delete;
-  SseStream& operator=(const SseStream&) = delete;
-
-  // One step; false when the client is gone (the job is cancelled then).
-  bool Pump(httplib::DataSink& sink) {
-    if (!opened_) {
-      opened_ = true;
-      if (meta_.endpoint == ApiEndpoint::kChatCompletions) {
-        return Write(sink, SseEvent(StreamChunk(meta_, ChunkContent{.role = true}, include_usage_)));
-      }
-    }
-    text_.clear();
-    if (job_->Next(&text_)) return Write(sink, SseEvent(StreamChunk(meta_, ChunkContent{.text = text_}, include_usage_)));
-    const GenerationOutcome& out = job_->outcome();
-    std::string tail;
-    if (out.status.ok()) {
-      tail = SseEvent(StreamChunk(meta_, ChunkContent{.finish = out.finish}, include_usage_));
-      if (include_usage_) tail += SseEvent(UsageChunk(meta_, out.usage));
-    } else {
-      // The headers went out with 200 already: the error is an event, as llama-server sends it.
-      tail = SseEvent(ErrorBody(ServerError(absl::IsUnavailable(out.status) ? 503 : 500, Message(out.status))));
-    }
-    tail += kSseDone;
-    if (!Write(sink, tail)) return false;
-    sink.done();
-    return true;
-  }
-
-  void Cancel() { job_->Cancel(); }
-
- private:
-  bool Write(httplib::DataSink& sink, const std::string& s) {
-    if (sink.write(s.data(), s.size())) return true;
-    job_->Cancel();
-    return false;
-  }
-
-  std::shared_ptr<GenerationJob> job_;
-  ResponseMeta meta_;
-  bool include_usage_;
-  std::atomic<int>& open_;
-  bool opened_ = false;
-  std::string text_;
+  ~OpenStream() { --open; }
+  OpenStream(const OpenStream&) = delete;
+  OpenStream& operator=(const OpenStream&) = delete;
+  SseStream sse;
+  std::atomic<int>& open;
 };
 
 }  // namespace
@@ -150,7 +104,6 @@ struct ApiServer::Impl {
   void Install();
   bool Authorized(const httplib::Request& req, httplib::Response& res) const;
   bool Ready(httplib::Response& res) const;
-  std::optional<ApiError> BuildParams(const CompletionRequest& cr, GenerationParams* p) const;
   void Health(httplib::Response& res) const;
   void Models(httplib::Response& res) const;
   void Metrics(httplib::Response& res) const;
@@ -188,77 +141,16 @@ bool ApiServer::Impl::Ready(httplib::Response& res) const {
   return false;
 }
 
-// The prompt's tokens, a token budget that fits the context, and a seed.
-std::optional<ApiError> ApiServer::Impl::BuildParams(const CompletionRequest& cr, GenerationParams* p) const {
-  const Engine& engine = worker.engine();
-  const Tokenizer& tok = engine.tokenizer();
-  const char* prompt_param = cr.endpoint == ApiEndpoint::kChatCompletions ? "messages" : "prompt";
-  if (cr.endpoint == ApiEndpoint::kChatCompletions) {
-    const ChatTemplate* tmpl = worker.chat_template();
-    if (tmpl == nullptr) {
-      return ServerError(500, Cat("this server has no chat template: ", Message(worker.chat_template_status())),
-                         "no_chat_template");
-    }
-    absl::StatusOr<std::string> text = tmpl->Render(ChatRenderInput{
-        .messages = cr.messages,
-        .add_generation_prompt = true,
-        .tools = cr.tools,
-        .extra = cr.template_kwargs.is_null() ? nlohmann::ordered_json::object() : cr.template_kwargs});
-    if (!text.ok()) {
-      // The template refusing the conversation (raise_exception) is the request's fault; anything else ours.
-      if (absl::IsInvalidArgument(text.status())) {
-        return ApiError{.message = Message(text.status()), .param = prompt_param};
-      }
-      return ServerError(500, Message(text.status()));
-    }
-    p->prompt = tok.Encode(*text, TokenizeOptions{.add_bos = true, .parse_special = true});
-    // A template that writes bos_token itself: the tokenizer's own BOS would be a second one.
-    if (p->prompt.size() >= 2 && p->prompt[0] == tok.bos_id() && p->prompt[1] == tok.bos_id()) {
-      p->prompt.erase(p->prompt.begin());
-    }
-  } else if (cr.prompt_is_tokens) {
-    for (int32_t id : cr.prompt_tokens) {
-      if (id >= tok.n_vocab()) {
-        return ApiError{.message = Cat("token id ", id, " is out of the vocabulary (", tok.n_vocab(), " tokens)"),
-                        .param = prompt_param};
-      }
-    }
-    p->prompt = cr.prompt_tokens;
-  } else {
-    // Special-token text ("<|im_start|>") is the token, as llama-server reads a raw prompt.
-    p->prompt = tok.Encode(cr.prompt, TokenizeOptions{.add_bos = true, .parse_special = true});
-  }
-  if (p->prompt.empty()) {
-    return ApiError{.message = "the prompt is empty and the model's vocabulary adds no BOS token to start from",
-                    .param = prompt_param};
-  }
-  const int64_t n_ctx = engine.n_ctx();
-  const int64_t n_prompt = static_cast<int64_t>(p->prompt.size());
-  const int64_t wanted = cr.max_tokens.value_or(1);  // without max_tokens, at least one token must fit
-  if (n_prompt + wanted > n_ctx) {
-    std::string message =
-        cr.max_tokens
-            ? Cat("This model's maximum context length is ", n_ctx, " tokens. However, you requested ",
-                  n_prompt + wanted, " tokens (", n_prompt, " in the prompt, ", wanted,
-                  " for the completion). Please reduce the prompt or max_tokens.")
-            : Cat("This model's maximum context length is ", n_ctx, " tokens. However, the prompt has ", n_prompt,
-                  " tokens, which leaves no room for the completion. Please reduce the prompt.");
-    return ApiError{.message = std::move(message), .param = prompt_param, .code = "context_length_exceeded"};
-  }
-  p->max_tokens = static_cast<int>(cr.max_tokens ? *cr.max_tokens : n_ctx - n_prompt);
-  p->sampling = cr.sampling;
-  p->sampling.seed = cr.seed ? *cr.seed : std::random_device{}();
-  p->stops = cr.stop;
-  p->ignore_eos = cr.ignore_eos;
-  return std::nullopt;
-}
-
 void ApiServer::Impl::Completion(ApiEndpoint endpoint, const httplib::Request& req, httplib::Response& res) {
   if (!Ready(res)) return;
   CompletionRequest cr;
   if (std::optional<ApiError> e = ParseCompletionRequest(req.body, endpoint, &cr)) return SendError(res, *e);
   GenerationParams params;
-  if (std::optional<ApiError> e = BuildParams(cr, &params)) return SendError(res, *e);
+  const ServedModel model{.tokenizer = worker.engine().tokenizer(),
+                          .n_ctx = worker.engine().n_ctx(),
+                          .chat_template = worker.chat_template(),
+                          .no_chat_template = worker.chat_template_status()};
+  if (std::optional<ApiError> e = ResolveRequest(cr, model, &params)) return SendError(res, *e);
   auto job = std::make_shared<GenerationJob>(std::move(params));
   if (absl::Status st = worker.Submit(job); !st.ok()) {
     res.set_header("Retry-After", "1");
@@ -266,11 +158,18 @@ void ApiServer::Impl::Completion(ApiEndpoint endpoint, const httplib::Request& r
   }
   ResponseMeta meta = NewResponseMeta(endpoint, opts.model_id);
   if (cr.stream) {
-    auto stream = std::make_shared<SseStream>(job, std::move(meta), cr.include_usage, open_streams);
+    auto stream = std::make_shared<OpenStream>(job, std::move(meta), cr.include_usage, open_streams);
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
-        "text/event-stream", [stream](size_t, httplib::DataSink& sink) { return stream->Pump(sink); },
-        [stream](bool) { stream->Cancel(); });  // a finished job ignores it; a running one stops
+        "text/event-stream",
+        [stream](size_t, httplib::DataSink& sink) {
+          bool done = false;
+          const bool ok = stream->sse.Pump([&sink](std::string_view s) { return sink.write(s.data(), s.size()); },
+                                           &done);
+          if (ok && done) sink.done();
+          return ok;
+        },
+        [stream](bool) { stream->sse.Cancel(); });  // a finished job ignores it; a running one stops
     return;
   }
   std::string text;

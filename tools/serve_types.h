@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 
 namespace tandem::serve {
 
@@ -17,6 +18,10 @@ struct ApiError {
   std::string param;
   std::string code;
 };
+// The server's own failure (5xx), as OpenAI types it.
+inline ApiError ServerError(int status, std::string message, std::string code = "") {
+  return ApiError{.status = status, .message = std::move(message), .type = "server_error", .code = std::move(code)};
+}
 
 // OpenAI's finish_reason: "stop" (an end-of-generation token or a stop string), "length" (max_tokens or the
 // context).
