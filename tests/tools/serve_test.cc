@@ -396,6 +396,36 @@ TEST_F(Serve, MetricsAreValidPrometheusAndCountersMove) {
   EXPECT_GE(after.at("tandem_requests_total{endpoint=\"/metrics\",status=\"200\"}"), 1);
 }
 
+// On a (simulated) GPU with streamed layers: the same greedy text as `run` with the same placement, and /metrics
+// now reports the VRAM the executor holds and the bytes it moved over PCIe, as run's --json does.
+TEST(ServeOnAccelerator, MetricsReportVramAndPcie) {
+  const std::vector<std::string> placement = {"--device", "sim:64MiB", "--stream-layers", "5"};
+  std::vector<std::string> args = {"-m", Model(), "-t", "1", "-c", std::to_string(kCtx)};
+  args.insert(args.end(), placement.begin(), placement.end());
+  ServeProcess server(args);
+  ASSERT_TRUE(server.ok());
+  auto c = server.Client();
+  const test::CmdResult run = test::RunCommand(test::TandemBin() + " run -m " + test::ShellQuote(Model()) +
+                                               " -p 'Once upon a time' -n 16 --temp 0 -t 1 -c 256 --json --device sim:64MiB "
+                                               "--stream-layers 5");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const json ref = json::parse(run.out);
+  const JsonReply r = PostJson(*c, "/v1/completions",
+                               json({{"prompt", "Once upon a time"}, {"max_tokens", 16}, {"temperature", 0}}));
+  ASSERT_EQ(r.status, 200) << r.raw;
+  EXPECT_EQ(r.body["choices"][0]["text"], ref["text"]);
+  httplib::Result m = c->Get("/metrics");
+  ASSERT_TRUE(m);
+  const std::map<std::string, double> metrics = ParseMetrics(m->body);
+  ASSERT_TRUE(metrics.count("tandem_vram_bytes")) << m->body;
+  EXPECT_EQ(metrics.at("tandem_vram_bytes"), ref["memory"]["peak_vram_bytes"].get<double>());
+  const double prefill = metrics.at("tandem_pcie_bytes_total{phase=\"prefill\"}");
+  const double decode = metrics.at("tandem_pcie_bytes_total{phase=\"decode\"}");
+  EXPECT_GT(prefill, 0);
+  EXPECT_GT(decode, 0);
+  EXPECT_EQ(prefill + decode, ref["pcie_bytes"].get<double>());  // one request, the same work as the run
+}
+
 // Two clients at once: the second waits in the queue, and both get exactly their own greedy answer.
 TEST_F(Serve, TwoClientsAtOnceBothGetTheirAnswers) {
   const std::vector<std::string> prompts = {"Once upon a time", "The little dog was sad because"};
