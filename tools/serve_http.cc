@@ -2,7 +2,9 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <mutex>
@@ -114,11 +116,11 @@ struct ApiServer::Impl {
 bool ApiServer::Impl::Authorized(const httplib::Request& req, httplib::Response& res) const {
   if (opts.api_key.empty()) return true;
   const std::string header = req.get_header_value("Authorization");
-  constexpr std::string_view kBearer = "Bearer ";
-  if (header.size() > kBearer.size() && std::string_view(header).substr(0, kBearer.size()) == kBearer &&
-      SameKey(std::string_view(header).substr(kBearer.size()), opts.api_key)) {
-    return true;
-  }
+  constexpr std::string_view kBearer = "bearer ";  // the scheme's case does not matter (RFC 9110)
+  const bool bearer = header.size() > kBearer.size() &&
+                      std::equal(kBearer.begin(), kBearer.end(), header.begin(),
+                                 [](char a, char b) { return a == std::tolower(static_cast<unsigned char>(b)); });
+  if (bearer && SameKey(std::string_view(header).substr(kBearer.size()), opts.api_key)) return true;
   SendError(res, ApiError{.status = 401,
                           .message = header.empty() ? "You didn't provide an API key: send it as 'Authorization: "
                                                       "Bearer KEY' (the server runs with --api-key)."

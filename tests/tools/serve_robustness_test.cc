@@ -38,6 +38,8 @@ TEST(ServeKey, MissingOrWrongKeyIs401) {
   EXPECT_EQ(PostJson(*c, "/v1/completions", body, {{"Authorization", "Bearer sesame2"}}).status, 401);
   const JsonReply right = PostJson(*c, "/v1/completions", body, {{"Authorization", "Bearer sesame"}});
   EXPECT_EQ(right.status, 200) << right.raw;
+  EXPECT_EQ(PostJson(*c, "/v1/completions", body, {{"Authorization", "bearer sesame"}}).status, 200);
+  EXPECT_EQ(PostJson(*c, "/v1/completions", body, {{"Authorization", "Bearer Sesame"}}).status, 401);
   // /models and /metrics are keyed too; /health stays open for health checks.
   httplib::Result models = c->Get("/v1/models");
   ASSERT_TRUE(models);
