@@ -1,4 +1,4 @@
-// Sampling chain in llama.cpp's common order: repetition penalty, top-k, top-p, min-p, temperature, draw.
+// Sampling chain in llama.cpp's common order: penalties (repetition, then frequency and presence), top-k, top-p, min-p, temperature, draw.
 // top-p and min-p see the distribution at temperature 1, as in llama.cpp; only the draw sees the temperature.
 #include "core/sampler.h"
 
@@ -35,26 +35,31 @@ int32_t Argmax(std::span<const float> logits) {
 Sampler::Sampler(const SamplerOptions& opts, int n_vocab) : opts_(opts), rng_(opts.seed) {
   TANDEM_CHECK(n_vocab > 0);
   cand_.reserve(static_cast<size_t>(n_vocab));
-  penalized_.assign(static_cast<size_t>(n_vocab), 0);
+  seen_.assign(static_cast<size_t>(n_vocab), 0);
 }
 
 int32_t Sampler::Sample(std::span<float> logits, std::span<const int32_t> history) {
   TANDEM_CHECK(!logits.empty() && logits.size() <= cand_.capacity());
   const int32_t n_vocab = static_cast<int32_t>(logits.size());
 
-  // Repetition penalty: each distinct recent token once, pushing its logit toward "less likely" on either side of 0.
-  if (opts_.repeat_penalty != 1.0f && opts_.repeat_last_n != 0 && !history.empty()) {
+  // Penalties, as llama.cpp applies them: each distinct recent token once, with its count in the window. The
+  // repetition penalty pushes its logit toward "less likely" on either side of 0; frequency and presence subtract.
+  const bool penalize = opts_.repeat_penalty != 1.0f || opts_.presence_penalty != 0.0f ||
+                        opts_.frequency_penalty != 0.0f;
+  if (penalize && opts_.repeat_last_n != 0 && !history.empty()) {
     const size_t window = opts_.repeat_last_n < 0 ? history.size()
                                                   : std::min(history.size(), static_cast<size_t>(opts_.repeat_last_n));
     const std::span<const int32_t> recent = history.last(window);
     for (int32_t id : recent) {
-      if (id < 0 || id >= n_vocab || penalized_[id]) continue;
-      penalized_[id] = 1;
-      float& l = logits[id];
-      l = l <= 0 ? l * opts_.repeat_penalty : l / opts_.repeat_penalty;
+      if (id >= 0 && id < n_vocab) ++seen_[id];
     }
     for (int32_t id : recent) {
-      if (id >= 0 && id < n_vocab) penalized_[id] = 0;
+      if (id < 0 || id >= n_vocab || seen_[id] == 0) continue;  // out of range, or already applied
+      const int32_t count = seen_[id];
+      seen_[id] = 0;
+      float& l = logits[id];
+      l = l <= 0 ? l * opts_.repeat_penalty : l / opts_.repeat_penalty;
+      l -= static_cast<float>(count) * opts_.frequency_penalty + opts_.presence_penalty;
     }
   }
 

@@ -1,4 +1,4 @@
-// Token sampling: greedy, temperature, top-k, top-p, min-p, repetition penalty, seeded.
+// Token sampling: greedy, temperature, top-k, top-p, min-p, repetition/presence/frequency penalties, seeded.
 #pragma once
 
 #include <cstdint>
@@ -14,7 +14,11 @@ struct SamplerOptions {
   float top_p = 0.95f;        // 1 disables
   float min_p = 0.05f;        // 0 disables
   float repeat_penalty = 1.0f;  // 1 disables
-  int repeat_last_n = 64;     // window of recent tokens the penalty looks at
+  int repeat_last_n = 64;     // window of recent tokens the penalties look at
+  // OpenAI's (and llama.cpp's) additive penalties over the same window: a token seen c times there loses
+  // c * frequency_penalty + (c > 0) * presence_penalty from its logit. 0 disables.
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
   uint64_t seed = 0xFFFFFFFF;  // fixed default so runs repeat
 };
 
@@ -29,7 +33,7 @@ class Sampler {
   SamplerOptions opts_;
   std::mt19937_64 rng_;
   std::vector<std::pair<float, int32_t>> cand_;  // n_vocab capacity
-  std::vector<uint8_t> penalized_;               // [n_vocab], all 0 between calls: each id penalized once
+  std::vector<int32_t> seen_;                    // [n_vocab] counts in the window, all 0 between calls
 };
 
 // Greedy argmax with ties to the lowest id.

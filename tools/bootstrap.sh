@@ -6,9 +6,10 @@ cd "$(dirname "$0")/.."
 
 # libdnnl-dev only recommends ocl-icd-opencl-dev, but its CMake config fails without OpenCL, so name it.
 # libexpat1-dev: the sweep test reads `tandem sweep`'s SVG with a real XML parser.
+# libcpp-httplib-dev: `tandem serve`'s HTTP server, and the HTTP client its tests talk to it with.
 pkgs=(build-essential cmake pkg-config libdnnl-dev ocl-icd-opencl-dev libhwloc-dev hwloc libabsl-dev libgtest-dev
       libgmock-dev nlohmann-json3-dev libomp-dev clang libclang-rt-14-dev libpcre2-dev
-      libexpat1-dev)
+      libexpat1-dev libcpp-httplib-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

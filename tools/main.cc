@@ -23,6 +23,7 @@ commands:
   sweep      measure tokens/s over GPU layers from none to all, next to the plan; writes CSV and SVG
   synth      write a random-weight GGUF of real model shapes
   calibrate  measure this machine for the cost model
+  serve      serve the OpenAI API over HTTP (/v1/completions, /v1/chat/completions, /health, /metrics)
 
   tandem <command> --help   shows the options of a command (or tandem help <command>)
   tandem --version
@@ -38,6 +39,7 @@ int Dispatch(std::string_view cmd, std::span<const std::string> args) {
   if (cmd == "synth") return CmdSynth(args);
   if (cmd == "calibrate") return CmdCalibrate(args);
   if (cmd == "sweep") return CmdSweep(args);
+  if (cmd == "serve") return CmdServe(args);
   return Fail("unknown command '" + std::string(cmd) + "' (see tandem --help)");
 }
 

@@ -35,7 +35,9 @@ sampling (llama.cpp's defaults):
   --temp T             temperature (default 0.8; 0 is greedy, ties to the lowest id)
   --top-k K            (default 40; 0 disables)      --top-p P   (default 0.95; 1 disables)
   --min-p P            (default 0.05; 0 disables)
-  --repeat-penalty R   (default 1.0, off)            --repeat-last-n N   its window (default 64; 0 off, -1 the context)
+  --repeat-penalty R   (default 1.0, off)            --repeat-last-n N   the penalties' window (default 64; 0 off, -1 the context)
+  --presence-penalty P (default 0, off)              --frequency-penalty F   (default 0, off): a token seen c times in
+                       the window loses c*F + P from its logit
   -s, --seed N         (default -1: random; the seed used is in the summary and the JSON)
 )";
 
@@ -134,6 +136,10 @@ absl::StatusOr<RunFlags> ParseRunFlags(std::span<const std::string> argv, bool* 
       TANDEM_ASSIGN_OR_RETURN(f.sampling.min_p, float_value(0, 1));
     } else if (flag == "--repeat-penalty") {
       TANDEM_ASSIGN_OR_RETURN(f.sampling.repeat_penalty, float_value(0, 100));
+    } else if (flag == "--presence-penalty") {
+      TANDEM_ASSIGN_OR_RETURN(f.sampling.presence_penalty, float_value(-100, 100));
+    } else if (flag == "--frequency-penalty") {
+      TANDEM_ASSIGN_OR_RETURN(f.sampling.frequency_penalty, float_value(-100, 100));
     } else if (flag == "--repeat-last-n") {
       TANDEM_ASSIGN_OR_RETURN(f.sampling.repeat_last_n, int_value(-1, 1 << 24));  // -1: the whole history
     } else if (flag == "-s" || flag == "--seed") {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh machine: installs and builds what is missing, runs every CTest test, then a
 # bounded libFuzzer run over the GGUF reader, one over the tokenizers, one over the routing statistics reader and
-# one over the Jinja interpreter of chat templates (FUZZ_SECONDS each, default 60; 0 skips them).
+# one over the Jinja interpreter of chat templates and one over the server's request parser (FUZZ_SECONDS each,
+# default 60; 0 skips them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/bootstrap.sh
@@ -19,8 +20,10 @@ fuzz_seconds="${FUZZ_SECONDS:-60}"
 if [ "$fuzz_seconds" -gt 0 ] && [ -f tests/fuzz/CMakeLists.txt ]; then
   CC=clang CXX=clang++ cmake -S . -B build-fuzz -DTANDEM_FUZZ=ON -DTANDEM_TESTS=OFF -DTANDEM_CUDA=OFF \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-  cmake --build build-fuzz --target gguf_fuzz tokenizer_fuzz routing_fuzz jinja_fuzz -j"$(nproc)" >/dev/null
-  mkdir -p build-fuzz/corpus build-fuzz/corpus-tok build-fuzz/corpus-routing build-fuzz/corpus-jinja
+  cmake --build build-fuzz --target gguf_fuzz tokenizer_fuzz routing_fuzz jinja_fuzz serve_request_fuzz \
+    -j"$(nproc)" >/dev/null
+  mkdir -p build-fuzz/corpus build-fuzz/corpus-tok build-fuzz/corpus-routing build-fuzz/corpus-jinja \
+    build-fuzz/corpus-serve
   build-fuzz/tests/fuzz/gguf_fuzz -max_total_time="$fuzz_seconds" -rss_limit_mb=2048 -print_final_stats=1 \
     build-fuzz/corpus tests/fuzz/seeds 2>&1 | tail -n 15
   build-fuzz/tests/fuzz/tokenizer_fuzz -max_total_time="$fuzz_seconds" -rss_limit_mb=2048 -max_len=4096 \
@@ -29,4 +32,7 @@ if [ "$fuzz_seconds" -gt 0 ] && [ -f tests/fuzz/CMakeLists.txt ]; then
     -print_final_stats=1 build-fuzz/corpus-routing tests/fuzz/routing_seeds 2>&1 | tail -n 15
   build-fuzz/tests/fuzz/jinja_fuzz -max_total_time="$fuzz_seconds" -rss_limit_mb=2048 -max_len=32768 \
     -dict=tests/fuzz/jinja.dict -print_final_stats=1 build-fuzz/corpus-jinja tests/fuzz/jinja_seeds 2>&1 | tail -n 15
+  build-fuzz/tests/fuzz/serve_request_fuzz -max_total_time="$fuzz_seconds" -rss_limit_mb=2048 -max_len=65536 \
+    -dict=tests/fuzz/serve_request.dict -print_final_stats=1 build-fuzz/corpus-serve tests/fuzz/serve_request_seeds \
+    2>&1 | tail -n 15
 fi

@@ -1,5 +1,6 @@
 // The sampler: greedy ties, determinism per seed, draw frequencies against the softmax (5-sigma bounds),
-// which tokens top-k / top-p / min-p leave, the repetition penalty, and no allocation while sampling.
+// which tokens top-k / top-p / min-p leave, the repetition, presence and frequency penalties, and no allocation
+// while sampling.
 #include "core/sampler.h"
 
 #include <gtest/gtest.h>
@@ -197,9 +198,48 @@ TEST(Sampler, RepetitionPenaltyScalesRecentTokensOnce) {
   EXPECT_EQ(untouched[0], 2.0f);
 }
 
+// Presence and frequency penalties (OpenAI's, as llama.cpp applies them) against values worked out by hand: a token
+// seen c times in the window loses c * frequency + presence, after the repetition penalty has scaled it.
+TEST(Sampler, PresenceAndFrequencyPenaltiesSubtractPerCount) {
+  SamplerOptions o = Plain(0.0f);
+  o.presence_penalty = 0.5f;
+  o.frequency_penalty = 0.25f;
+  o.repeat_last_n = 4;
+  Sampler s(o, 5);
+  // Window {1, 1, 2, 0}: counts 0:1, 1:2, 2:1; token 3 is outside it (first in the history), token 4 unseen.
+  const std::vector<int32_t> history = {3, 1, 1, 2, 0};
+  std::vector<float> logits = {1.0f, 2.0f, -1.0f, 0.5f, 0.7f};
+  //   0: 1.0 - 1*0.25 - 0.5 = 0.25    1: 2.0 - 2*0.25 - 0.5 = 1.0    2: -1.0 - 0.25 - 0.5 = -1.75
+  EXPECT_EQ(s.Sample(logits, history), 1);
+  EXPECT_EQ(logits, (std::vector<float>{0.25f, 1.0f, -1.75f, 0.5f, 0.7f}));
+
+  // With the repetition penalty too: scaled first (divided above 0, multiplied at or below), then subtracted.
+  o.repeat_penalty = 2.0f;
+  o.frequency_penalty = 1.0f;
+  Sampler both(o, 5);
+  std::vector<float> l2 = {1.0f, 2.0f, -1.0f, 0.5f, 0.7f};
+  //   0: 1.0/2 - 1 - 0.5 = -1.0    1: 2.0/2 - 2 - 0.5 = -1.5    2: -1.0*2 - 1 - 0.5 = -3.5
+  EXPECT_EQ(both.Sample(l2, history), 4);
+  EXPECT_EQ(l2, (std::vector<float>{-1.0f, -1.5f, -3.5f, 0.5f, 0.7f}));
+  // The counts were cleared: the same call again gives the same values.
+  std::vector<float> l3 = {1.0f, 2.0f, -1.0f, 0.5f, 0.7f};
+  both.Sample(l3, history);
+  EXPECT_EQ(l3, l2);
+
+  // Negative penalties (OpenAI allows -2..2) make seen tokens more likely.
+  o = Plain(0.0f);
+  o.presence_penalty = -1.5f;
+  Sampler boost(o, 5);
+  std::vector<float> l4 = {1.0f, 2.0f, -1.0f, 0.5f, 2.4f};
+  EXPECT_EQ(boost.Sample(l4, history), 1);  // 2.0 + 1.5 = 3.5 beats the unseen 2.4
+  EXPECT_EQ(l4[0], 2.5f);
+}
+
 TEST(Sampler, SampleDoesNotAllocate) {
   SamplerOptions o;  // every stage on
   o.repeat_penalty = 1.1f;
+  o.presence_penalty = 0.3f;
+  o.frequency_penalty = 0.2f;
   Sampler s(o, 32000);
   std::vector<float> logits = test::RandomNormal(32000, 3, 3.0f);
   std::vector<float> work(logits.size());
