@@ -65,8 +65,9 @@ struct ScaleMin {
   float min = 0.0f;
 };
 
-// Least-squares (scale, min) for fixed q, keeping min >= 0 (the formats store it unsigned). Returns the error.
-float FitAffine(const float* x, const int* q, int n, ScaleMin* out) {
+// Least-squares (scale, min) for fixed q, keeping min >= 0 where the format stores it unsigned (the K-quants; Q5_1
+// stores it signed). Returns the error.
+float FitAffine(const float* x, const int* q, int n, bool signed_min, ScaleMin* out) {
   double sx = 0, sq = 0, sxq = 0, sqq = 0;
   for (int i = 0; i < n; ++i) {
     sx += x[i];
@@ -80,7 +81,7 @@ float FitAffine(const float* x, const int* q, int n, ScaleMin* out) {
     a = (n * sxq - sq * sx) / det;
     b = (sx - a * sq) / n;
   }
-  if (det <= 0 || b > 0) {  // the offset must be <= 0: fit the scale alone
+  if (det <= 0 || (b > 0 && !signed_min)) {  // an unsigned min wants the offset <= 0: fit the scale alone
     b = 0;
     a = sqq > 0 ? sxq / sqq : 0;
   }
@@ -94,8 +95,8 @@ float FitAffine(const float* x, const int* q, int n, ScaleMin* out) {
   return static_cast<float>(err);
 }
 
-ScaleMin SearchAffine(const float* x, int n, int nmax, bool search) {
-  float lo = 0.0f, hi = x[0];  // lo <= 0 because min is stored unsigned
+ScaleMin SearchAffine(const float* x, int n, int nmax, bool search, bool signed_min = false) {
+  float lo = signed_min ? x[0] : 0.0f, hi = x[0];  // lo <= 0 where min is stored unsigned
   for (int i = 0; i < n; ++i) {
     lo = std::min(lo, x[i]);
     hi = std::max(hi, x[i]);
@@ -109,7 +110,7 @@ ScaleMin SearchAffine(const float* x, int n, int nmax, bool search) {
     const float iscale = (static_cast<float>(nmax) + 0.1f * static_cast<float>(k)) / (hi - lo);
     for (int i = 0; i < n; ++i) q[i] = Clamp(RoundInt(iscale * (x[i] - lo)), 0, nmax);
     ScaleMin fit;
-    const float err = FitAffine(x, q, n, &fit);
+    const float err = FitAffine(x, q, n, signed_min, &fit);
     if (err < best_err && fit.scale > 0) {
       best_err = err;
       best = fit;
@@ -119,7 +120,7 @@ ScaleMin SearchAffine(const float* x, int n, int nmax, bool search) {
   for (int iter = 0; iter < (search ? 4 : 0) && best.scale > 0; ++iter) {
     for (int i = 0; i < n; ++i) q[i] = Clamp(RoundInt((x[i] + best.min) / best.scale), 0, nmax);
     ScaleMin fit;
-    const float err = FitAffine(x, q, n, &fit);
+    const float err = FitAffine(x, q, n, signed_min, &fit);
     if (!(err < best_err && fit.scale > 0)) break;
     best_err = err;
     best = fit;
@@ -160,6 +161,41 @@ void QuantQ4_0(const float* x, void* dst, int64_t n, bool search) {
       const int hi = Clamp(RoundInt(x[j + 16] * id), -8, 7) + 8;
       b[i].qs[j] = static_cast<uint8_t>(lo | hi << 4);
     }
+  }
+}
+
+// The 5-bit quants of a 32-element block: low nibbles as Q4_0's (element j < 16 low in qs[j], j >= 16 high in
+// qs[j - 16]), the fifth bit of element j in bit j of qh.
+void PackQ5(const int* q, uint8_t* qs, uint8_t* qh) {
+  uint32_t h = 0;
+  for (int j = 0; j < 16; ++j) qs[j] = static_cast<uint8_t>((q[j] & 0xF) | (q[j + 16] & 0xF) << 4);
+  for (int j = 0; j < 32; ++j) h |= static_cast<uint32_t>(q[j] >> 4) << j;
+  for (int k = 0; k < 4; ++k) qh[k] = static_cast<uint8_t>(h >> (8 * k));
+}
+
+void QuantQ5_0(const float* x, void* dst, int64_t n, bool search) {
+  auto* b = static_cast<BlockQ5_0*>(dst);
+  int q[kQK5_0];
+  for (int64_t i = 0; i < n / kQK5_0; ++i, x += kQK5_0) {
+    b[i].d = F32ToF16(SearchSymmetric(x, kQK5_0, -16, 15, search));
+    const float d = F16ToF32(b[i].d);
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    for (int j = 0; j < kQK5_0; ++j) q[j] = Clamp(RoundInt(x[j] * id), -16, 15) + 16;
+    PackQ5(q, b[i].qs, b[i].qh);
+  }
+}
+
+// x = d * q + m with a signed m: llama.cpp's fallback for Q5_K rows a super-block does not divide.
+void QuantQ5_1(const float* x, void* dst, int64_t n, bool search) {
+  auto* b = static_cast<BlockQ5_1*>(dst);
+  int q[kQK5_1];
+  for (int64_t i = 0; i < n / kQK5_1; ++i, x += kQK5_1) {
+    const ScaleMin fit = SearchAffine(x, kQK5_1, 31, search, /*signed_min=*/true);
+    b[i].d = F32ToF16(fit.scale);
+    b[i].m = F32ToF16(-fit.min);
+    const float d = F16ToF32(b[i].d), m = F16ToF32(b[i].m);
+    for (int j = 0; j < kQK5_1; ++j) q[j] = d > 0 ? Clamp(RoundInt((x[j] - m) / d), 0, 31) : 0;
+    PackQ5(q, b[i].qs, b[i].qh);
   }
 }
 
@@ -272,6 +308,8 @@ QuantFn QuantFor(DType type) {
     case DType::kBF16: return QuantBF16;
     case DType::kQ8_0: return QuantQ8_0;
     case DType::kQ4_0: return QuantQ4_0;
+    case DType::kQ5_0: return QuantQ5_0;
+    case DType::kQ5_1: return QuantQ5_1;
     case DType::kQ4_K: return QuantQ4_K;
     case DType::kQ5_K: return QuantQ5_K;
     case DType::kQ6_K: return QuantQ6_K;
