@@ -14,5 +14,6 @@ int CmdBench(std::span<const std::string> args);
 int CmdSynth(std::span<const std::string> args);
 int CmdCalibrate(std::span<const std::string> args);
 int CmdSweep(std::span<const std::string> args);
+int CmdQuantize(std::span<const std::string> args);
 
 }  // namespace tandem::cli
