@@ -21,39 +21,61 @@ int RoundInt(float v) {
 }
 int Clamp(int v, int lo, int hi) { return std::min(hi, std::max(lo, v)); }
 
-// The search tries many scales per block, so each try is one pass: quantize and sum, the error from the sums. The
-// one-try path (kFast) computes exactly what it always has, so synthetic files stay bit-identical; the search may
-// multiply by a reciprocal instead of dividing.
+// The search tries many scales per block, so each try is one pass: quantize and sum, the error from the sums. A
+// try of the search runs in float, four lanes at a time (blocks are multiples of 16), which is precise enough to
+// rank candidates; the one-try path (kFast) computes exactly what it always has, in order and in double, so
+// synthetic files stay bit-identical.
+using F4 = float __attribute__((vector_size(16)));
+using I4 = int32_t __attribute__((vector_size(16)));
+
+F4 Splat(float f) { return F4{f, f, f, f}; }
+F4 Load4(const float* p) {
+  F4 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+float Sum4(F4 v) { return (v[0] + v[1]) + (v[2] + v[3]); }
+
+// Clamped to [lo, hi], then rounded with halves away from zero as std::lround (clamping first rounds the same,
+// the bounds being integers).
+F4 ClampRoundAway(F4 v, F4 lo, F4 hi) {
+  v = v > lo ? v : lo;
+  v = v < hi ? v : hi;
+  const F4 t = __builtin_convertvector(__builtin_convertvector(v, I4), F4);  // toward zero
+  const F4 frac = v - t;  // exact
+  const F4 one = Splat(1.0f), zero = Splat(0.0f);
+  return t + (frac >= Splat(0.5f) ? one : zero) - (frac <= Splat(-0.5f) ? one : zero);
+}
 
 // ---- symmetric blocks: x ~ s * q, q in [qmin, qmax] ----
 
-// Squared error of x ~ s * q after quantizing with scale s and refitting s by least squares (sxx = sum of x^2).
-// Writes q and the refit scale.
-float FitSymmetric(const float* x, int n, float s, int qmin, int qmax, double sxx, bool search, int* q,
-                   float* s_out) {
-  double sxq = 0;
-  int64_t sqq = 0;
-  if (search) {  // four sums in flight, n a multiple of 4
-    const float inv = 1.0f / s;
-    double part[4] = {0, 0, 0, 0};
+// Squared error of x ~ s * q after quantizing with scale s and refitting s by least squares (sxx = sum of x^2),
+// and the refit scale.
+float FitSymmetric(const float* x, int n, float s, int qmin, int qmax, double sxx, bool search, float* s_out) {
+  double sxq = 0, sqq = 0;
+  if (search) {
+    const F4 inv = Splat(1.0f / s), lo = Splat(static_cast<float>(qmin)), hi = Splat(static_cast<float>(qmax));
+    F4 xq = Splat(0.0f), qq = Splat(0.0f);
     for (int i = 0; i < n; i += 4) {
-      for (int j = 0; j < 4; ++j) {
-        q[i + j] = Clamp(RoundInt(x[i + j] * inv), qmin, qmax);
-        part[j] += static_cast<double>(x[i + j]) * q[i + j];
-        sqq += q[i + j] * q[i + j];
-      }
+      const F4 xi = Load4(x + i);
+      const F4 q = ClampRoundAway(xi * inv, lo, hi);
+      xq += xi * q;
+      qq += q * q;
     }
-    sxq = (part[0] + part[1]) + (part[2] + part[3]);
+    sxq = Sum4(xq);
+    sqq = Sum4(qq);  // integers below 2^24: exact
   } else {
+    int64_t iqq = 0;
     for (int i = 0; i < n; ++i) {
-      q[i] = Clamp(RoundInt(x[i] / s), qmin, qmax);
-      sxq += static_cast<double>(x[i]) * q[i];
-      sqq += q[i] * q[i];
+      const int q = Clamp(RoundInt(x[i] / s), qmin, qmax);
+      sxq += static_cast<double>(x[i]) * q;
+      iqq += q * q;
     }
+    sqq = static_cast<double>(iqq);
   }
-  *s_out = sqq > 0 ? static_cast<float>(sxq / static_cast<double>(sqq)) : 0.0f;
+  *s_out = sqq > 0 ? static_cast<float>(sxq / sqq) : 0.0f;
   const double sd = *s_out;  // sum (x - sd q)^2
-  return static_cast<float>(sxx - 2 * sd * sxq + sd * sd * static_cast<double>(sqq));
+  return static_cast<float>(sxx - 2 * sd * sxq + sd * sd * sqq);
 }
 
 // Scale of the block (0 for an all-zero block). Candidates map the element of largest magnitude onto either end
@@ -66,7 +88,6 @@ float SearchSymmetric(const float* x, int n, int qmin, int qmax, bool search) {
     sxx += static_cast<double>(x[i]) * x[i];
   }
   if (xm == 0.0f) return 0.0f;
-  int q[256];
   float best_err = INFINITY, best_s = 0.0f;
   for (int end = 0; end < (search ? 2 : 1); ++end) {
     const float t0 = end == 0 ? static_cast<float>(qmin) : static_cast<float>(qmax);
@@ -74,7 +95,7 @@ float SearchSymmetric(const float* x, int n, int qmin, int qmax, bool search) {
     for (int k = 0; k <= (search ? 8 : 0); ++k) {
       float s;
       const float err =
-          FitSymmetric(x, n, xm / (t0 + toward_zero * static_cast<float>(k)), qmin, qmax, sxx, search, q, &s);
+          FitSymmetric(x, n, xm / (t0 + toward_zero * static_cast<float>(k)), qmin, qmax, sxx, search, &s);
       if (err < best_err && s != 0.0f) {
         best_err = err;
         best_s = s;
@@ -95,40 +116,43 @@ struct XSums {
   double sx = 0, sxx = 0;
 };
 struct QSums {
-  int64_t sq = 0, sqq = 0;
-  double sxq = 0;
+  double sq = 0, sqq = 0, sxq = 0;
 };
 
-// Quantizes x[i] to round(iscale * (x[i] + offset)) in [0, nmax] and sums; `search` keeps four sums in flight (n
-// a multiple of 4), the one-try path one, in order.
+// Quantizes x[i] to round(iscale * (x[i] + offset)) in [0, nmax] and sums.
 QSums QuantizeAffine(const float* x, int n, float iscale, float offset, int nmax, bool search) {
   QSums s;
   if (search) {
-    double part[4] = {0, 0, 0, 0};
+    const F4 scale = Splat(iscale), shift = Splat(offset), lo = Splat(0.0f), hi = Splat(static_cast<float>(nmax));
+    F4 q1 = lo, qq = lo, xq = lo;
     for (int i = 0; i < n; i += 4) {
-      for (int j = 0; j < 4; ++j) {
-        const int q = Clamp(RoundInt(iscale * (x[i + j] + offset)), 0, nmax);
-        s.sq += q;
-        s.sqq += q * q;
-        part[j] += static_cast<double>(x[i + j]) * q;
-      }
+      const F4 xi = Load4(x + i);
+      const F4 q = ClampRoundAway(scale * (xi + shift), lo, hi);
+      q1 += q;
+      qq += q * q;
+      xq += xi * q;
     }
-    s.sxq = (part[0] + part[1]) + (part[2] + part[3]);
+    s.sq = Sum4(q1);  // integers below 2^24: exact
+    s.sqq = Sum4(qq);
+    s.sxq = Sum4(xq);
     return s;
   }
+  int64_t iq = 0, iqq = 0;
   for (int i = 0; i < n; ++i) {
     const int q = Clamp(RoundInt(iscale * (x[i] + offset)), 0, nmax);
-    s.sq += q;
-    s.sqq += q * q;
+    iq += q;
+    iqq += q * q;
     s.sxq += static_cast<double>(x[i]) * q;
   }
+  s.sq = static_cast<double>(iq);
+  s.sqq = static_cast<double>(iqq);
   return s;
 }
 
 // Least-squares (scale, min) for fixed q, keeping min >= 0 where the format stores it unsigned (the K-quants; Q5_1
 // stores it signed). Returns the error.
 float FitAffine(const XSums& xs, const QSums& qs, int n, bool signed_min, ScaleMin* out) {
-  const double sq = static_cast<double>(qs.sq), sqq = static_cast<double>(qs.sqq), sx = xs.sx, sxq = qs.sxq;
+  const double sq = qs.sq, sqq = qs.sqq, sx = xs.sx, sxq = qs.sxq;
   const double det = n * sqq - sq * sq;
   double a = 0, b = 0;  // x ~ a * q + b
   if (det > 0) {
