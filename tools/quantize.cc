@@ -1,6 +1,8 @@
 #include "tools/quantize.h"
 
 #include <omp.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -35,11 +37,10 @@ int MetaInt(const GgufFile& f, const std::string& key) {
   return n && *n > 0 && *n < (1 << 30) ? static_cast<int>(*n) : 0;
 }
 
-// The same file by identity where both exist, else by absolute path.
+// The same file, however spelled or linked. A path that does not exist yet is no existing file.
 bool SameFile(const std::string& a, const std::string& b) {
   std::error_code ec;
-  if (fs::equivalent(a, b, ec) && !ec) return true;
-  return fs::weakly_canonical(fs::absolute(a, ec), ec) == fs::weakly_canonical(fs::absolute(b, ec), ec);
+  return fs::equivalent(a, b, ec) && !ec;
 }
 
 // Rows [first, first + n) of a tensor from src_type to dst_type, over the threads. A quantized target gets finite
@@ -102,6 +103,43 @@ absl::Status ProduceTensor(const GgufFile& in, const GgufTensorInfo& t, DType ty
   in.ReleasePages(src, t.nbytes);  // read once: keep one tensor resident, not the whole model
   return absl::OkStatus();
 }
+
+// While it lives, Ctrl-C, a hangup or a kill first removes the half-written OUT.tmp, then ends the process by
+// the signal as it would have ended. A signal the process was started ignoring stays ignored.
+class RemoveOnSignal {
+ public:
+  explicit RemoveOnSignal(const std::string& path) {
+    if (path.size() >= sizeof path_) return;  // never unlink a truncated name
+    std::memcpy(path_, path.c_str(), path.size() + 1);
+    struct sigaction sa = {};
+    sa.sa_handler = &OnSignal;
+    sigemptyset(&sa.sa_mask);
+    for (int i = 0; i < kSignals; ++i) {
+      sigaction(kSignal[i], &sa, &old_[i]);
+      if (old_[i].sa_handler == SIG_IGN) sigaction(kSignal[i], &old_[i], nullptr);  // stays ignored (nohup, &)
+    }
+    armed_ = true;
+  }
+  ~RemoveOnSignal() {
+    if (!armed_) return;
+    for (int i = 0; i < kSignals; ++i) sigaction(kSignal[i], &old_[i], nullptr);
+    path_[0] = '\0';
+  }
+  RemoveOnSignal(const RemoveOnSignal&) = delete;
+  RemoveOnSignal& operator=(const RemoveOnSignal&) = delete;
+
+ private:
+  static void OnSignal(int sig) {  // async-signal-safe calls only
+    if (path_[0] != '\0') unlink(path_);
+    signal(sig, SIG_DFL);
+    raise(sig);
+  }
+  static constexpr int kSignals = 3;
+  static constexpr int kSignal[kSignals] = {SIGINT, SIGTERM, SIGHUP};
+  static inline char path_[4096] = {};
+  struct sigaction old_[kSignals] = {};
+  bool armed_ = false;
+};
 
 // The input's keys, less those the writer or llama-quantize set again: the alignment (WriteGguf writes it), the
 // split keys (one file out), and the file type and quantization version, appended last as llama-quantize does.
@@ -192,6 +230,7 @@ absl::StatusOr<QuantizeReport> QuantizeModel(const QuantizeOptions& o) {
     };
     tensors.push_back(std::move(w));
   }
+  const RemoveOnSignal remove_on_signal(tmp);
   absl::Status written = WriteGguf(tmp, OutputMetadata(*in, o.type), tensors,
                                    {.version = 3, .alignment = in->alignment()});
   if (written.ok()) {

@@ -281,5 +281,23 @@ TEST(QuantizeCli, FailureKeepsAnExistingOutput) {
   EXPECT_EQ(FileType(out), 7);
 }
 
+// Killed while writing (SIGTERM; Ctrl-C's SIGINT takes the same path), it removes OUT.tmp and dies of the signal.
+TEST(QuantizeCli, KilledWhileWritingLeavesNoFile) {
+  const std::string dir = Scratch("kill");
+  const std::string in = dir + "/big.gguf", out = dir + "/out.gguf";
+  const test::CmdResult s = RunCommand(Cat(TandemBin(), " synth --arch llama --layers 2 --embd 1024 --ff 4096 --heads 8",
+                                           " --kv-heads 8 --vocab 32000 --type F16 -o ", Quote(in)));
+  ASSERT_EQ(s.exit_code, 0) << s.err;
+  // Wait for OUT.tmp (the tensors are being written), then kill; about 2 s of work remain at one thread.
+  const test::CmdResult r = RunCommand(
+      Cat("bash -c '", TandemBin(), " quantize ", in, " ", out, " Q4_K_M -t 1 & pid=$!; ",
+          "for i in $(seq 200); do [ -e ", out, ".tmp ] && break; sleep 0.02; done; ",
+          "kill -TERM $pid; wait $pid; echo $?'"));
+  if (r.out == "0\n") GTEST_SKIP() << "the quantization finished before the signal";
+  EXPECT_EQ(r.out, "143\n") << r.err;  // 128 + SIGTERM
+  EXPECT_FALSE(fs::exists(out + ".tmp"));
+  EXPECT_FALSE(fs::exists(out));
+}
+
 }  // namespace
 }  // namespace tandem
