@@ -28,9 +28,9 @@ std::string_view Stem(std::string_view pattern) {
 // The tensors llama.cpp quantizes at all: matrices (2-D and up) named *weight, save norms, the MoE router and a
 // few small, positional or multimodal tables. The rest keep their type.
 bool Quantized(const QuantMixTensor& t) {
-  if (t.n_dims < 2 || !t.name.ends_with("weight")) return false;
+  if (t.n_dims < 2 || !t.name.ends_with("weight") || Has(t.name, LayerPart(tn::kFfnGateInp))) return false;
   static constexpr std::string_view kSkip[] = {
-      "_norm.weight", "ffn_gate_inp.weight", "ffn_gate_tid2eid.weight", "altup", "laurel", "per_layer_model_proj",
+      "_norm.weight", "ffn_gate_tid2eid.weight", "altup", "laurel", "per_layer_model_proj",
       "ssm_conv1d", "shortconv.conv.weight", "indexer.k_proj.weight", "indexer.q_proj.weight",
       "time_mix_first.weight", "time_mix_w0.weight", "time_mix_w1.weight", "time_mix_w2.weight",
       "time_mix_v0.weight", "time_mix_v1.weight", "time_mix_v2.weight", "time_mix_a0.weight", "time_mix_a1.weight",

@@ -1,10 +1,10 @@
 // `tandem quantize` against llama-quantize, through the real binary: for every model and TYPE of
-// tests/data/goldens/llama-quantize.json, every tensor gets the type llama-quantize gave it, the file loads and
+// tests/data/quantize/llama-quantize.json, every tensor gets the type llama-quantize gave it, the file loads and
 // runs, and its logits sit no further from the source model's than llama-quantize's file does (at most 1.5x its
 // NMSE, both measured by tandem). Where llama-quantize refused (a row no block or fallback divides), tandem refuses.
 //
 // The JSON is written by this test's recorder, which runs llama-quantize itself (skipped without it):
-//   TANDEM_LLAMA_QUANTIZE=/path/to/llama-quantize TANDEM_QUANTIZE_RECORD=tests/data/goldens/llama-quantize.json
+//   TANDEM_LLAMA_QUANTIZE=/path/to/llama-quantize TANDEM_QUANTIZE_RECORD=tests/data/quantize/llama-quantize.json
 //   build/tests/tools_quantize_test --gtest_filter='QuantizeRecord.*'
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -32,7 +32,7 @@ using nlohmann::json;
 using test::RunCommand;
 using test::TandemBin;
 
-constexpr const char* kReference = "goldens/llama-quantize.json";
+constexpr const char* kReference = "quantize/llama-quantize.json";
 constexpr const char* kPrompt =
     "Once upon a time, there was a little dog named Max. He liked to play with his ball in the park.";
 constexpr const char* kTypes[] = {"Q8_0", "Q4_0", "Q4_K_M", "Q5_K_M", "Q6_K"};
