@@ -34,7 +34,8 @@ TYPE (case-insensitive, or llama.cpp's file type number):
   Q6_K   18   Q6_K everywhere
   With 8 experts attn_k and attn_v are Q8_0 (and attn_output Q5_K in Q4_K_M). Norms, routers and 1-D tensors keep
   their type. Rows a K-quant block does not divide fall back as in llama.cpp: Q4_K -> Q5_0, Q5_K -> Q5_1,
-  Q6_K -> Q8_0, then F16.
+  Q6_K -> Q8_0, then F16; Q8_0 and Q4_0 have no fallback, so a row 32 does not divide is an error there.
+  MXFP4 is not supported yet.
 Sources: F32, F16 or BF16 tensors; a tensor quantized already is an error unless --allow-requantize.
 options:
   --allow-requantize  quantize tensors that are quantized already, from their dequantized values (default: off)
