@@ -44,7 +44,9 @@ options:
 The output is written as OUT.tmp and renamed to OUT when complete.
 )";
 
-bool IsThreadCount(const std::string& s) { return !s.empty() && s.find_first_not_of("0123456789") == std::string::npos; }
+bool IsThreadCount(const std::string& s) {
+  return !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
+}
 
 // Names llama-quantize accepts that tandem does not write (yet): a clearer error than "unknown type".
 bool IsLlamaQuantizeType(const std::string& upper) {
@@ -108,7 +110,9 @@ int CmdQuantize(std::span<const std::string> argv) {
       absl::StatusOr<std::string> v = args.Value(arg);
       if (!v.ok()) return Fail(v.status());
       absl::StatusOr<int64_t> n = ParseInt(arg, *v);
-      if (!n.ok() || *n < 1 || *n > 1024) return Fail(Cat(arg, " must be an integer between 1 and 1024, got '", *v, "'"));
+      if (!n.ok() || *n < 1 || *n > 1024) {
+        return Fail(Cat(arg, " must be an integer between 1 and 1024, got '", *v, "'"));
+      }
       o.n_threads = static_cast<int>(*n);
       threads_flag = true;
     } else if (arg.size() > 1 && arg[0] == '-') {

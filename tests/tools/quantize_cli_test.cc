@@ -31,13 +31,19 @@ std::string Quote(const std::string& s) { return "'" + s + "'"; }
 
 const std::string kTinyLlama = test::DataPath("models/tiny-llama-F16.gguf");
 
-// A folder of this test's own, emptied first.
-std::string Scratch(const std::string& name) {
-  const std::string dir = Cat(::testing::TempDir(), "/tandem-quantize-cli-", getpid(), "-", name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
+// A folder of the test's own, empty at the start and removed at the end (some models are 200 MB).
+struct Scratch {
+  explicit Scratch(const std::string& name)
+      : path(Cat(::testing::TempDir(), "/tandem-quantize-cli-", getpid(), "-", name)) {
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~Scratch() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  const std::string path;
+};
 
 test::CmdResult Quantize(const std::string& args) { return RunCommand(TandemBin() + " quantize " + args); }
 
@@ -86,7 +92,8 @@ TEST(QuantizeCli, HelpNamesEveryTypeAndFlag) {
 // llama-quantize's habits: `IN TYPE` writes ggml-model-TYPE.gguf beside IN; a trailing number is the thread
 // count; the type may be its ftype number or lower case; flags come anywhere.
 TEST(QuantizeCli, LlamaQuantizeArgumentForms) {
-  const std::string dir = Scratch("forms");
+  const Scratch scratch("forms");
+  const std::string& dir = scratch.path;
   const std::string in = dir + "/model-f16.gguf";
   fs::copy_file(kTinyLlama, in);
 
@@ -112,7 +119,8 @@ TEST(QuantizeCli, LlamaQuantizeArgumentForms) {
 
 // Rows are independent: any thread count writes the same bytes.
 TEST(QuantizeCli, ThreadCountDoesNotChangeTheFile) {
-  const std::string dir = Scratch("threads");
+  const Scratch scratch("threads");
+  const std::string& dir = scratch.path;
   for (const char* type : {"Q4_K_M", "Q4_0", "Q6_K"}) {
     ASSERT_EQ(Quantize(Quote(kTinyLlama) + " " + Quote(dir + "/one.gguf") + " " + type + " -t 1").exit_code, 0);
     ASSERT_EQ(Quantize(Quote(kTinyLlama) + " " + Quote(dir + "/two.gguf") + " " + type + " -t 2").exit_code, 0);
@@ -123,7 +131,8 @@ TEST(QuantizeCli, ThreadCountDoesNotChangeTheFile) {
 // A quantized source is refused, naming the tensor and its type, unless --allow-requantize; a tensor already of
 // its target type is copied as it is, so Q4_0 to Q4_0 needs no flag (as in llama-quantize).
 TEST(QuantizeCli, RequantizeOnlyWhenAllowed) {
-  const std::string dir = Scratch("requant");
+  const Scratch scratch("requant");
+  const std::string& dir = scratch.path;
   const std::string q4 = test::DataPath("models/tiny-mixtral-Q4_0.gguf");
   const std::string out = dir + "/q8.gguf";
   test::CmdResult r = Quantize(Quote(q4) + " " + Quote(out) + " Q8_0");
@@ -159,7 +168,8 @@ TEST(QuantizeCli, RequantizeOnlyWhenAllowed) {
 
 // BF16 weights quantize like F16 ones: the same types, and the file runs.
 TEST(QuantizeCli, Bf16Source) {
-  const std::string dir = Scratch("bf16");
+  const Scratch scratch("bf16");
+  const std::string& dir = scratch.path;
   const std::string flags = "--arch llama --layers 2 --embd 256 --ff 512 --heads 4 --kv-heads 2 --vocab 512";
   for (const char* type : {"BF16", "F16"}) {
     const test::CmdResult s =
@@ -175,7 +185,8 @@ TEST(QuantizeCli, Bf16Source) {
 
 // Every bad input: exit in 1..127, exactly one stderr line starting "error: ", and neither OUT nor OUT.tmp.
 TEST(QuantizeCli, BadInputIsOneLineAndLeavesNoOutput) {
-  const std::string dir = Scratch("bad");
+  const Scratch scratch("bad");
+  const std::string& dir = scratch.path;
   const std::string out = dir + "/out.gguf";
   const std::string text = dir + "/not-gguf.gguf";
   std::ofstream(text) << "this is not a GGUF file\n";
@@ -269,7 +280,8 @@ TEST(QuantizeCli, BadInputIsOneLineAndLeavesNoOutput) {
 
 // A failed run leaves an existing OUT as it was: the new file only replaces it when complete.
 TEST(QuantizeCli, FailureKeepsAnExistingOutput) {
-  const std::string dir = Scratch("keep");
+  const Scratch scratch("keep");
+  const std::string& dir = scratch.path;
   const std::string out = dir + "/out.gguf";
   std::ofstream(out) << "the previous file\n";
   const test::CmdResult r = Quantize(Quote(test::ModelPath("stories260K.gguf")) + " " + Quote(out) + " Q4_0");
@@ -283,10 +295,11 @@ TEST(QuantizeCli, FailureKeepsAnExistingOutput) {
 
 // Killed while writing (SIGTERM; Ctrl-C's SIGINT takes the same path), it removes OUT.tmp and dies of the signal.
 TEST(QuantizeCli, KilledWhileWritingLeavesNoFile) {
-  const std::string dir = Scratch("kill");
+  const Scratch scratch("kill");
+  const std::string& dir = scratch.path;
   const std::string in = dir + "/big.gguf", out = dir + "/out.gguf";
-  const test::CmdResult s = RunCommand(Cat(TandemBin(), " synth --arch llama --layers 2 --embd 1024 --ff 4096 --heads 8",
-                                           " --kv-heads 8 --vocab 32000 --type F16 -o ", Quote(in)));
+  const test::CmdResult s = RunCommand(Cat(TandemBin(), " synth --arch llama --layers 2 --embd 1024 --ff 4096",
+                                           " --heads 8 --kv-heads 8 --vocab 32000 --type F16 -o ", Quote(in)));
   ASSERT_EQ(s.exit_code, 0) << s.err;
   // Wait for OUT.tmp (the tensors are being written), then kill; about 2 s of work remain at one thread.
   const test::CmdResult r = RunCommand(

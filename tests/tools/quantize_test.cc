@@ -78,10 +78,9 @@ json ModelJson(const RefModel& m) {
   return j;
 }
 
-std::string TempDir() {
-  const std::string dir = Cat(::testing::TempDir(), "/tandem-quantize-", getpid());
-  fs::create_directories(dir);
-  return dir;
+// A file of this process's own in the temporary folder.
+std::string TempPath(const std::string& name) {
+  return Cat(::testing::TempDir(), "/tandem-quantize-", getpid(), "-", name);
 }
 
 // Every prompt position's logits, as tandem computes them on the CPU.
@@ -147,7 +146,7 @@ TEST_P(QuantizeMatchesLlamaQuantize, TypesFileTypeAndQuality) {
   const RefCase& c = GetParam();
   const std::string type = c.entry["type"];
   const std::string in = ModelFile(c.model);
-  const std::string out = Cat(TempDir(), "/", c.entry["model"].get<std::string>(), "-", type, ".gguf");
+  const std::string out = TempPath(Cat(c.entry["model"].get<std::string>(), "-", type, ".gguf"));
   const test::CmdResult r = RunCommand(Cat(TandemBin(), " quantize ", Quote(in), " ", Quote(out), " ", type, " -t 2"));
 
   if (c.entry.contains("llama_quantize_error")) {  // llama-quantize refused: so must we, in one line
@@ -253,7 +252,7 @@ TEST(QuantizeRecord, LlamaQuantizeReference) {
     const std::string in = ModelFile(ref["models"][m.name]);
     for (const char* type : kTypes) {
       SCOPED_TRACE(Cat(m.name, " ", type));
-      const std::string out = Cat(TempDir(), "/llama-", m.name, "-", type, ".gguf");
+      const std::string out = TempPath(Cat("llama-", m.name, "-", type, ".gguf"));
       const test::CmdResult r = RunCommand(Cat(llama_quantize, " ", Quote(in), " ", Quote(out), " ", type, " 2"));
       json entry{{"model", m.name}, {"type", type}};
       if (r.exit_code != 0) {
