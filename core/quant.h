@@ -13,8 +13,9 @@ namespace tandem {
 void DequantizeRow(DType type, const void* src, float* dst, int64_t n);
 
 // Weight quantizers (round-to-nearest with the usual scale search, good enough for synthetic models):
-// F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, and MXFP4 (bit for bit ggml's quantize_row_mxfp4_ref, which has
-// no search: both efforts are the same). Returns Unimplemented for other types.
+// F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K (Q5_0 and Q5_1 are llama.cpp's fallbacks for rows a
+// K-quant super-block does not divide), and MXFP4 (bit for bit ggml's quantize_row_mxfp4_ref, which has no search:
+// both efforts are the same). Returns Unimplemented for other types.
 // kFast tries one round-to-nearest scale per block instead of searching: for synthetic benchmark models,
 // where the error does not matter but generating billions of weights must stay quick.
 enum class QuantizeEffort { kBest, kFast };

@@ -15,5 +15,6 @@ int CmdSynth(std::span<const std::string> args);
 int CmdCalibrate(std::span<const std::string> args);
 int CmdSweep(std::span<const std::string> args);
 int CmdServe(std::span<const std::string> args);
+int CmdQuantize(std::span<const std::string> args);
 
 }  // namespace tandem::cli

@@ -22,6 +22,7 @@ commands:
   bench      measure prefill and decode tokens/s
   sweep      measure tokens/s over GPU layers from none to all, next to the plan; writes CSV and SVG
   synth      write a random-weight GGUF of real model shapes
+  quantize   write a GGUF in another llama.cpp file type (Q4_K_M, Q8_0, ...), as llama-quantize does
   calibrate  measure this machine for the cost model
   serve      serve the OpenAI API over HTTP (/v1/completions, /v1/chat/completions, /health, /metrics)
 
@@ -40,6 +41,7 @@ int Dispatch(std::string_view cmd, std::span<const std::string> args) {
   if (cmd == "calibrate") return CmdCalibrate(args);
   if (cmd == "sweep") return CmdSweep(args);
   if (cmd == "serve") return CmdServe(args);
+  if (cmd == "quantize") return CmdQuantize(args);
   return Fail("unknown command '" + std::string(cmd) + "' (see tandem --help)");
 }
 

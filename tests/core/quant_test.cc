@@ -427,6 +427,7 @@ const std::map<DType, double> kRoundTripNmse = {
     {DType::kF32, 0.0},   {DType::kF16, 1e-7},  {DType::kBF16, 5e-6}, {DType::kQ8_0, 5e-5},
     {DType::kQ6_K, 4e-4}, {DType::kQ5_K, 2e-3}, {DType::kQ4_K, 7e-3}, {DType::kQ4_0, 1e-2},
     {DType::kMXFP4, 2e-2},
+    {DType::kQ5_0, 3e-3}, {DType::kQ5_1, 3e-3},
 };
 
 std::vector<float> RoundTrip(DType type, const std::vector<float>& x) {

@@ -35,16 +35,18 @@ const DType kWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::k
 // The SIMD K-quant kernels convert per-lane integer sums to float before adding lanes, a little looser than the
 // scalar per-block integer sums. Measured on Zen 4, worst of scalar / AVX2 / AVX-512, all shapes together:
 // F32 6e-13, F16 5e-13, BF16 1.2e-13 (the scalar loops; SIMD <= 4e-14), Q4_0/Q5_0/Q8_0 <= 2.3e-14,
-// Q4_1 1.2e-9, Q5_1 2.6e-10, Q2_K/Q3_K <= 3.1e-14, Q4_K/Q5_K/Q6_K <= 9e-14 (the test prints them); MXFP4 on the
-// Intel host 1.5e-14 (scalar; AVX2 and AVX-512 <= 3.1e-15).
+// Q4_1 1.2e-9, Q2_K/Q3_K <= 3.1e-14, Q4_K/Q5_K/Q6_K <= 9e-14 (the test prints them); MXFP4 on the Intel host
+// 1.5e-14 (scalar; AVX2 and AVX-512 <= 3.1e-15). Q5_1 is quantized from N(0,1), whose block offsets (about -2)
+// make the rounded s weigh more than random blocks' small ones did: 2.6e-7 on every ISA alike (Intel Xeon,
+// 2026-12-02), as a step of 2^-12 in s predicts.
 const std::map<DType, double> kTol = {
     {DType::kF32, 1e-11},  {DType::kF16, 1e-11},  {DType::kBF16, 1e-11}, {DType::kQ4_0, 1e-11},
-    {DType::kQ4_1, 1e-8},  {DType::kQ5_0, 1e-11}, {DType::kQ5_1, 1e-8},  {DType::kQ8_0, 1e-11},
+    {DType::kQ4_1, 1e-8},  {DType::kQ5_0, 1e-11}, {DType::kQ5_1, 1e-6},  {DType::kQ8_0, 1e-11},
     {DType::kQ2_K, 1e-10}, {DType::kQ3_K, 1e-10}, {DType::kQ4_K, 1e-10}, {DType::kQ5_K, 1e-10},
     {DType::kQ6_K, 1e-10}, {DType::kMXFP4, 1e-11},
 };
 // Each shape alone: a shape with a single output whose terms nearly cancel has a larger relative error than the
-// whole set (measured worst: 9e-11 for a 1x512 Q6_K product on AVX2, 2.5e-8 for Q5_1), so the per-shape bound is
+// whole set (measured worst: 9e-11 for a 1x512 Q6_K product on AVX2, 2.2e-6 for Q5_1), so the per-shape bound is
 // looser; a wrong kernel gives NMSE ~1 either way.
 constexpr double kShapeTolFactor = 1000;
 

@@ -4,6 +4,7 @@
 // attn_output Q5_K. For 32 layers: 0-3, 6, 9, ..., 27, 28-31 (16 layers); for 48: 0-5, 8, 11, ..., 41, 42-47 (24).
 #include "tools/quant_mix.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <sstream>
@@ -86,6 +87,30 @@ TEST(QuantMix, Names) {
   EXPECT_EQ(QuantMixFileType(QuantMix::kQ4_K_M), 15u);
   EXPECT_EQ(QuantMixFileType(QuantMix::kQ5_K_M), 17u);
   EXPECT_EQ(QuantMixName(QuantMix::kQ5_K_M), "Q5_K_M");
+  // synth's --type keeps its meaning: Q4_0 and Q4_K are plain types there, not llama-quantize's file types.
+  EXPECT_EQ(QuantMixFromName("Q4_0"), std::nullopt);
+}
+
+// llama-quantize's TYPE words: names (any case), its aliases Q4_K and Q5_K for the _M mixes, and ftype numbers.
+TEST(QuantMix, QuantizeTypeNames) {
+  EXPECT_EQ(QuantizeTypeFromName("q4_0"), QuantMix::kQ4_0);
+  EXPECT_EQ(QuantizeTypeFromName("Q8_0"), QuantMix::kQ8_0);
+  EXPECT_EQ(QuantizeTypeFromName("q6_K"), QuantMix::kQ6_K);
+  EXPECT_EQ(QuantizeTypeFromName("Q4_K_M"), QuantMix::kQ4_K_M);
+  EXPECT_EQ(QuantizeTypeFromName("q4_k"), QuantMix::kQ4_K_M);
+  EXPECT_EQ(QuantizeTypeFromName("Q5_K"), QuantMix::kQ5_K_M);
+  EXPECT_EQ(QuantizeTypeFromName("15"), QuantMix::kQ4_K_M);
+  EXPECT_EQ(QuantizeTypeFromName("7"), QuantMix::kQ8_0);
+  EXPECT_EQ(QuantizeTypeFromName("2"), QuantMix::kQ4_0);
+  EXPECT_EQ(QuantizeTypeFromName("18"), QuantMix::kQ6_K);
+  EXPECT_EQ(QuantizeTypeFromName("17"), QuantMix::kQ5_K_M);
+  for (const char* no : {"MXFP4", "Q4_K_S", "Q4_1", "F16", "3", "", "Q4_K_MM"}) {
+    EXPECT_EQ(QuantizeTypeFromName(no), std::nullopt) << no;
+  }
+  EXPECT_EQ(QuantMixFileType(QuantMix::kQ4_0), 2u);
+  EXPECT_EQ(QuantMixFileType(QuantMix::kQ8_0), 7u);
+  EXPECT_EQ(QuantMixFileType(QuantMix::kQ6_K), 18u);
+  EXPECT_EQ(QuantMixName(QuantMix::kQ6_K), "Q6_K");
 }
 
 TEST(QuantMix, LayersWithMoreBits) {
@@ -166,6 +191,129 @@ TEST(QuantMix, Fallbacks) {
   EXPECT_EQ(QuantMixType(QuantMix::kQ4_K_M, router), DType::kF16);
 }
 
+// The plain types have rules too: Q4_0's head is Q6_K (Q8_0's and Q6_K's stay their type), and with 8 experts
+// attn_k and attn_v are Q8_0 whatever the type; nothing else moves without an importance matrix.
+TEST(QuantMix, PlainTypes) {
+  EXPECT_EQ(Count(QuantMix::kQ4_0, kLlama31_8B),
+            (std::map<std::string, int>{{"Q4_0", 225}, {"Q6_K", 1}, {"F32", 65}, {"attn_v.Q4_0", 32},
+                                        {"attn_k.Q4_0", 32}, {"attn_output.Q4_0", 32}, {"ffn_down.Q4_0", 32}}));
+  EXPECT_EQ(Count(QuantMix::kQ8_0, kLlama31_8B).at("Q8_0"), 226);
+  EXPECT_EQ(Count(QuantMix::kQ6_K, kLlama31_8B).at("Q6_K"), 226);
+  const auto q4 = Count(QuantMix::kQ4_0, kMixtral8x7B);
+  EXPECT_EQ(q4.at("attn_v.Q8_0"), 32);
+  EXPECT_EQ(q4.at("attn_k.Q8_0"), 32);
+  EXPECT_EQ(q4.at("attn_output.Q4_0"), 32);  // the Q5_K bump is Q4_K_M's (and other K mixes'), not Q4_0's
+  EXPECT_EQ(q4.at("Q6_K"), 1);
+  const auto q6 = Count(QuantMix::kQ6_K, kMixtral8x7B);
+  EXPECT_EQ(q6.at("Q8_0"), 64);
+  EXPECT_EQ(q6.at("Q6_K"), 162);
+  Shape tied = kLlama31_8B;
+  tied.tied = true;
+  EXPECT_EQ(QuantMixType(QuantMix::kQ4_0, View(tied, {"token_embd.weight", -1, 4096, 2})), DType::kQ6_K);
+  EXPECT_EQ(QuantMixType(QuantMix::kQ8_0, View(tied, {"token_embd.weight", -1, 4096, 2})), DType::kQ8_0);
+}
+
+// Where llama.cpp stops: Q8_0 and Q4_0 have no fallback, so a row 32 does not divide is an error there (the
+// choice says so); the K types fall back and end at F16.
+TEST(QuantMix, PlainFallbacks) {
+  const Shape& s = kLlama31_8B;
+  const QuantMixChoice head = QuantMixChoose(QuantMix::kQ4_0, View(s, {"output.weight", -1, 2880, 2}));
+  EXPECT_EQ(head.wanted, DType::kQ6_K);  // 32 divides 2880, so the head wants Q6_K, whose 256 does not
+  EXPECT_EQ(head.type, DType::kQ8_0);
+  EXPECT_TRUE(head.fell_back());
+  EXPECT_EQ(QuantMixType(QuantMix::kQ6_K, View(s, {"blk.1.attn_q.weight", 1, 2880, 2})), DType::kQ8_0);
+  EXPECT_EQ(QuantMixType(QuantMix::kQ6_K, View(s, {"blk.1.attn_q.weight", 1, 100, 2})), DType::kF16);
+  EXPECT_FALSE(QuantMixChoose(QuantMix::kQ6_K, View(s, {"blk.1.attn_q.weight", 1, 100, 2})).no_fallback);
+  EXPECT_TRUE(QuantMixChoose(QuantMix::kQ8_0, View(s, {"blk.1.attn_q.weight", 1, 100, 2})).no_fallback);
+  EXPECT_TRUE(QuantMixChoose(QuantMix::kQ4_0, View(s, {"blk.1.attn_q.weight", 1, 100, 2})).no_fallback);
+  EXPECT_TRUE(QuantMixChoose(QuantMix::kQ4_0, View(s, {"output.weight", -1, 100, 2})).no_fallback);
+  // The Q8_0 of 8 experts' attn_v has no fallback either.
+  EXPECT_TRUE(QuantMixChoose(QuantMix::kQ4_K_M, View(kMixtral8x7B, {"blk.1.attn_v.weight", 1, 100, 2})).no_fallback);
+  const QuantMixChoice norm = QuantMixChoose(QuantMix::kQ8_0, View(s, {"blk.1.attn_norm.weight", 1, 100, 1}));
+  EXPECT_FALSE(norm.quantized);
+  EXPECT_FALSE(norm.no_fallback);
+  EXPECT_EQ(norm.type, DType::kF32);
+}
+
+// The tensors llama.cpp never quantizes, whatever their shape.
+TEST(QuantMix, NeverQuantized) {
+  for (const char* name : {"blk.0.ffn_gate_inp.weight", "blk.0.attn_q_norm.weight", "position_embd.weight",
+                           "token_types.weight", "blk.0.ssm_conv1d.weight", "blk.0.time_mix_w1.weight",
+                           "v.patch_embd.weight", "blk.0.attn_rel_b.weight", "blk.0.attn_q.bias"}) {
+    const Named named{name, 0, 4096, 2};  // outlives the view of its name
+    QuantMixTensor t = View(kLlama31_8B, named);
+    t.source = DType::kF16;
+    EXPECT_EQ(QuantMixType(QuantMix::kQ8_0, t), DType::kF16) << name;
+  }
+}
+
+std::vector<QuantMixFileTensor> FileOf(const std::vector<Named>& named) {
+  std::vector<QuantMixFileTensor> out;
+  for (const Named& n : named) {
+    QuantMixFileTensor t{.name = n.name, .type = DType::kF32};  // as View's source
+    t.ne[0] = n.row;
+    t.ne[1] = n.dims >= 2 ? 64 : 1;
+    t.ne[2] = n.dims >= 3 ? 8 : 1;
+    out.push_back(t);
+  }
+  return out;
+}
+
+// A whole file: the counters run in llama.cpp's order (by layer, then name) whatever the file's order; a head is
+// tied when there is no output.weight; trailing dimensions of 1 do not make a matrix.
+TEST(QuantMix, ChooseFileCountsAsLlamaCpp) {
+  const QuantMixModel llama{.arch = "llama", .n_layer = 32, .n_head = 32, .n_head_kv = 8};
+  std::vector<Named> named = Tensors(kLlama31_8B);
+  std::reverse(named.begin(), named.end());
+  const std::vector<QuantMixFileTensor> file = FileOf(named);
+  auto choices = QuantMixChooseFile(QuantMix::kQ4_K_M, llama, file);
+  ASSERT_TRUE(choices.ok()) << choices.status();
+  for (size_t i = 0; i < named.size(); ++i) {
+    EXPECT_EQ(DTypeName((*choices)[i].type), DTypeName(QuantMixType(QuantMix::kQ4_K_M, View(kLlama31_8B, named[i]))))
+        << named[i].name;
+  }
+
+  // Attention in every other layer of 8 (a hybrid model): attn_v is numbered 0..3 of 4, so the more-bits ones are
+  // the third and fourth (layers 4 and 6), not layers 0 and 6 as their layer numbers of 8 would give.
+  std::vector<Named> hybrid;
+  for (int l = 0; l < 8; ++l) {
+    const std::string b = absl::StrCat("blk.", l, ".");
+    if (l % 2 == 0) hybrid.push_back({b + "attn_v.weight", l, 256, 2});
+    hybrid.push_back({b + "ffn_down.weight", l, 512, 2});
+  }
+  hybrid.push_back({"token_embd.weight", -1, 256, 2});  // no output.weight: tied
+  const QuantMixModel model{.arch = "llama", .n_layer = 8, .n_head = 8, .n_head_kv = 8};
+  auto h = QuantMixChooseFile(QuantMix::kQ4_K_M, model, FileOf(hybrid));
+  ASSERT_TRUE(h.ok()) << h.status();
+  std::vector<std::string> q6;
+  for (size_t i = 0; i < hybrid.size(); ++i) {
+    if ((*h)[i].type == DType::kQ6_K) q6.push_back(hybrid[i].name);
+  }
+  EXPECT_EQ(q6, (std::vector<std::string>{"blk.0.ffn_down.weight", "blk.3.ffn_down.weight", "blk.4.attn_v.weight",
+                                          "blk.6.attn_v.weight", "blk.6.ffn_down.weight", "blk.7.ffn_down.weight",
+                                          "token_embd.weight"}));
+
+  // [4096, 1]: one row is a vector to ggml_n_dims, kept as it is.
+  std::vector<QuantMixFileTensor> flat = {{.name = "blk.0.attn_q.weight", .ne = {4096, 1, 1, 1}, .type = DType::kF16}};
+  auto f = QuantMixChooseFile(QuantMix::kQ4_0, llama, flat);
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ((*f)[0].type, DType::kF16);
+  EXPECT_FALSE((*f)[0].quantized);
+}
+
+// An MoE's FFN tensors are typed by the layer in their name; one without is an error, as in llama.cpp.
+TEST(QuantMix, ChooseFileNeedsMoeLayers) {
+  const QuantMixModel moe{.arch = "llama", .n_layer = 2, .n_expert = 4, .n_head = 8, .n_head_kv = 8};
+  std::vector<QuantMixFileTensor> bad = {{.name = "ffn_down_exps.weight", .ne = {256, 256, 4, 1}}};
+  EXPECT_FALSE(QuantMixChooseFile(QuantMix::kQ4_K_M, moe, bad).ok());
+  bad[0].name = "blk.2.ffn_up_exps.weight";  // layer 2 of 2
+  EXPECT_FALSE(QuantMixChooseFile(QuantMix::kQ4_K_M, moe, bad).ok());
+  bad[0].name = "blk.1.ffn_down_exps.weight";
+  auto ok = QuantMixChooseFile(QuantMix::kQ4_K_M, moe, bad);
+  ASSERT_TRUE(ok.ok());
+  EXPECT_EQ((*ok)[0].type, DType::kQ6_K);  // the last layer of 2 gets more bits
+}
+
 // Files that llama.cpp's own llama-quantize wrote from F16 files of `tandem synth`, listed as
 // TANDEM_QUANT_MIX_FILES="Q4_K_M=a.gguf,Q5_K_M=b.gguf": every tensor has the type the rule gives it, and the
 // file type is the mix's. Skipped without the variable (CI has no llama.cpp build).
@@ -177,7 +325,7 @@ TEST(QuantMix, MatchesLlamaQuantizeFiles) {
   while (std::getline(list, entry, ',')) {
     const size_t eq = entry.find('=');
     ASSERT_NE(eq, std::string::npos) << entry;
-    const std::optional<QuantMix> mix = QuantMixFromName(entry.substr(0, eq));
+    const std::optional<QuantMix> mix = QuantizeTypeFromName(entry.substr(0, eq));
     ASSERT_TRUE(mix.has_value()) << entry;
     auto file = GgufFile::Open(entry.substr(eq + 1));
     ASSERT_TRUE(file.ok()) << file.status();
