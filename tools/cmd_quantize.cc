@@ -35,7 +35,7 @@ TYPE (case-insensitive, or llama.cpp's file type number):
   With 8 experts attn_k and attn_v are Q8_0 (and attn_output Q5_K in Q4_K_M). Norms, routers and 1-D tensors keep
   their type. Rows a K-quant block does not divide fall back as in llama.cpp: Q4_K -> Q5_0, Q5_K -> Q5_1,
   Q6_K -> Q8_0, then F16; Q8_0 and Q4_0 have no fallback, so a row 32 does not divide is an error there.
-  MXFP4 is not supported yet.
+  MXFP4_MOE 38   MXFP4 expert stacks (gpt-oss's format), Q8_0 for every other matrix, the head included
 Sources: F32, F16 or BF16 tensors; a tensor quantized already is an error unless --allow-requantize.
 options:
   --allow-requantize  quantize tensors that are quantized already, from their dequantized values (default: off)
@@ -66,7 +66,8 @@ std::string Upper(std::string s) {
   return s;
 }
 
-bool IsMxfp4(const std::string& upper) { return upper == "MXFP4" || upper == "MXFP4_MOE"; }
+// llama-quantize has no plain MXFP4 file type; MXFP4_MOE is the one.
+bool IsMxfp4(const std::string& upper) { return upper == "MXFP4"; }
 
 // A word llama-quantize would read as a type (so `IN TYPE` is the two-argument form).
 bool LooksLikeType(const std::string& s) {
@@ -77,8 +78,11 @@ bool LooksLikeType(const std::string& s) {
 absl::StatusOr<QuantMix> ParseType(const std::string& s) {
   if (std::optional<QuantMix> t = QuantizeTypeFromName(s)) return *t;
   const std::string upper = Upper(s);
-  constexpr const char* kList = "Q8_0, Q4_0, Q4_K_M, Q5_K_M, Q6_K, Q4_K, Q5_K";
-  if (IsMxfp4(upper)) return Unimplemented("quantize: ", upper, " is not supported yet (one of ", kList, ")");
+  constexpr const char* kList = "Q8_0, Q4_0, Q4_K_M, Q5_K_M, Q6_K, Q4_K, Q5_K, MXFP4_MOE";
+  if (IsMxfp4(upper)) {
+    return InvalidArgument("quantize: there is no plain MXFP4 file type; MXFP4_MOE puts the experts in MXFP4 (one of ",
+                           kList, ")");
+  }
   if (IsLlamaQuantizeType(upper)) {
     return Unimplemented("quantize: type ", s, " is not supported (one of ", kList, ")");
   }

@@ -27,9 +27,9 @@ SHAPE is a family's default or a named real shape (--shape is the same flag):
 The other flags override the shape. Llama 3 and Qwen shapes write their family's real vocabulary (built by
 tools/make_vocab_gguf.py into the build's vocab/ folder; --vocab-file or TANDEM_VOCAB_DIR point elsewhere), so a
 synthetic file tokenizes as the real model does; the others a SentencePiece filler vocab of --vocab pieces.
-TYPE: F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K MXFP4, or the mixes Q4_K_M and Q5_K_M: each matrix typed as
-llama.cpp's quantizer types it (a Q6_K output head, Q6_K attention values and FFN down projections in some
-layers, ...). Norms, biases and the router stay F32.
+TYPE: F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K MXFP4, or the mixes Q4_K_M, Q5_K_M and MXFP4_MOE: each matrix typed
+as llama.cpp's quantizer types it (a Q6_K output head, Q6_K attention values and FFN down projections in some
+layers, ...; MXFP4_MOE: MXFP4 experts, Q8_0 for the rest, as gpt-oss ships). Norms, biases and the router stay F32.
 --router-skew S (MoE) widens the low experts' router rows (expert 0's by 1 + S, the last's by 1), so the routers
 have hot experts as real ones do; 0, the default, routes every expert alike.
 --zeros leaves every weight zero, as holes in a sparse file: instant and free on disk, for `tandem plan`.

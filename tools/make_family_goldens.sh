@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 DUMP=${DUMP:-/tmp/dump_logits}
 TANDEM=${TANDEM:-build/tandem}
 PROMPT=${PROMPT:-'Once upon a time, in 2024, a naïve café owner said: "Hello, world!" 你好 🦙'}
-# gpt-oss's 128-key windows need a prompt longer than the window to drop keys: about 330 tokens of this.
+# gpt-oss's 128-key windows need a prompt longer than the window to drop keys: about 310 tokens of this.
 LONG_PROMPT='The lighthouse keeper kept a ledger of every ship that passed the point. In the first column he wrote the
 date, in the second the name painted on the bow, and in the third the weather, which he described in words of his
 own: "grey and patient", "bright but sharp", "a wind that argues". Over forty years the ledger grew to eleven
@@ -22,7 +22,8 @@ what happened on that day. Ingrid wrote to the keeper'\''s daughter, who lived i
 back on a postcard: "He never told us. He said some days belong to the sea." The library still keeps the ledger
 in a glass case near the door; children press their noses against it, and on windy evenings the caretaker swears he
 can hear pages turning. Café owners nearby sell a pastry called "the ledger", layered eleven times, one for each
-volume. Tourists from Tokyo, São Paulo and Kraków photograph it; 灯台守の物語 has even appeared in a guidebook 📖.'
+volume. Tourists from Tokyo, São Paulo and Kraków photograph it; 灯台守の物語 has even appeared in a guidebook 📖.
+The keeper'\''s pen, a black fountain pen with a cracked cap, lies beside the ledger, still uncapped.'
 declare -A PROMPTS=(
   [synth-gpt-oss-MXFP4]="$LONG_PROMPT"
 )

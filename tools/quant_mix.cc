@@ -83,6 +83,7 @@ DType BaseType(QuantMix mix) {
     case QuantMix::kQ4_0: return DType::kQ4_0;
     case QuantMix::kQ8_0: return DType::kQ8_0;
     case QuantMix::kQ6_K: return DType::kQ6_K;
+    case QuantMix::kMXFP4_MOE: return DType::kMXFP4;
   }
   return DType::kQ8_0;
 }
@@ -139,12 +140,14 @@ std::optional<QuantMix> QuantMixFromName(std::string_view name) {
   const std::string upper = Upper(name);
   if (upper == "Q4_K_M") return QuantMix::kQ4_K_M;
   if (upper == "Q5_K_M") return QuantMix::kQ5_K_M;
+  if (upper == "MXFP4_MOE") return QuantMix::kMXFP4_MOE;
   return std::nullopt;
 }
 
 std::optional<QuantMix> QuantizeTypeFromName(std::string_view name) {
   const std::string upper = Upper(name);
-  for (QuantMix mix : {QuantMix::kQ4_K_M, QuantMix::kQ5_K_M, QuantMix::kQ4_0, QuantMix::kQ8_0, QuantMix::kQ6_K}) {
+  for (QuantMix mix : {QuantMix::kQ4_K_M, QuantMix::kQ5_K_M, QuantMix::kQ4_0, QuantMix::kQ8_0, QuantMix::kQ6_K,
+                       QuantMix::kMXFP4_MOE}) {
     if (upper == QuantMixName(mix) || upper == std::to_string(QuantMixFileType(mix))) return mix;
   }
   if (upper == "Q4_K") return QuantMix::kQ4_K_M;  // llama-quantize's aliases
@@ -159,6 +162,7 @@ std::string_view QuantMixName(QuantMix mix) {
     case QuantMix::kQ4_0: return "Q4_0";
     case QuantMix::kQ8_0: return "Q8_0";
     case QuantMix::kQ6_K: return "Q6_K";
+    case QuantMix::kMXFP4_MOE: return "MXFP4_MOE";
   }
   return "?";
 }
@@ -170,12 +174,16 @@ uint32_t QuantMixFileType(QuantMix mix) {
     case QuantMix::kQ4_0: return 2;
     case QuantMix::kQ8_0: return 7;
     case QuantMix::kQ6_K: return 18;
+    case QuantMix::kMXFP4_MOE: return 38;
   }
   return 0;
 }
 
 QuantMixChoice QuantMixChoose(QuantMix mix, const QuantMixTensor& t) {
   if (!Quantized(t)) return {.type = t.source, .wanted = t.source};
+  // MXFP4_MOE: a stack of experts (a third dimension over 1) is MXFP4, every other matrix Q8_0, the head and the
+  // token embeddings included; no per-category rule applies.
+  if (mix == QuantMix::kMXFP4_MOE) return Fallback(t.n_dims >= 3 ? DType::kMXFP4 : DType::kQ8_0, t.row_elems);
   const bool k_mix = mix == QuantMix::kQ4_K_M || mix == QuantMix::kQ5_K_M;
   const bool falcon = t.arch == "falcon";
   const DType base = BaseType(mix);

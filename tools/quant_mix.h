@@ -17,7 +17,8 @@
 
 namespace tandem::cli {
 
-enum class QuantMix { kQ4_K_M, kQ5_K_M, kQ4_0, kQ8_0, kQ6_K };
+// kMXFP4_MOE is llama.cpp's MXFP4_MOE (gpt-oss's downloads): MXFP4 expert stacks, Q8_0 for every other matrix.
+enum class QuantMix { kQ4_K_M, kQ5_K_M, kQ4_0, kQ8_0, kQ6_K, kMXFP4_MOE };
 
 // One tensor as the rule sees it. The layer counts stand for llama.cpp's running counters: it numbers attention-V
 // tensors (attn_v, attn_qkv, attn_kv_b) and a dense model's ffn_down tensors in its order (by layer, then name),
@@ -38,10 +39,10 @@ struct QuantMixTensor {
   int n_attn_v = 0;           // attention-V tensors in the file (llama.cpp's n_attention_wv); 0: n_layer
 };
 
-// "Q4_K_M", "Q5_K_M" (case-insensitive), else nullopt: the mixes `tandem synth --type` names.
+// "Q4_K_M", "Q5_K_M", "MXFP4_MOE" (case-insensitive), else nullopt: the mixes `tandem synth --type` names.
 std::optional<QuantMix> QuantMixFromName(std::string_view name);
-// llama-quantize's TYPE argument, case-insensitive: Q4_0, Q8_0, Q6_K, Q4_K_M, Q5_K_M, its aliases Q4_K and Q5_K
-// (= Q4_K_M, Q5_K_M), or the file type's number (2, 7, 18, 15, 17); else nullopt.
+// llama-quantize's TYPE argument, case-insensitive: Q4_0, Q8_0, Q6_K, Q4_K_M, Q5_K_M, MXFP4_MOE, the aliases Q4_K
+// and Q5_K (= Q4_K_M, Q5_K_M), or the file type's number (2, 7, 18, 15, 17, 38); else nullopt.
 std::optional<QuantMix> QuantizeTypeFromName(std::string_view name);
 std::string_view QuantMixName(QuantMix mix);
 // general.file_type: llama.cpp's LLAMA_FTYPE_MOSTLY_*: Q4_0 2, Q8_0 7, Q4_K_M 15, Q5_K_M 17, Q6_K 18.

@@ -46,6 +46,11 @@ std::string ModelOf(const GoldenCase& c) {
 
 std::ostream& operator<<(std::ostream& os, const GoldenCase& c) { return os << c.golden; }
 
+// The context llama.cpp ran the golden with: 256, or more for a long prompt.
+int ContextOf(const nlohmann::json& g) {
+  return std::max(256, g["settings"].value("n_ctx", 256));
+}
+
 const GoldenCase kCases[] = {
     {"stories260K", ModelPath("stories260K.gguf"), 1e-10, 32, 2.54e-14},
     {"stories260K-moe4", ModelPath("stories260K-moe4.gguf"), 1e-10, 32, 2.35e-14},
@@ -81,6 +86,9 @@ const GoldenCase kCases[] = {
     // 27-token prompt crosses it) and full attention on layer 1, YaRN (factor 32 over 4096), a top-k-by-logit
     // router with a bias and a softmax over the chosen, biased experts with the clamped SwiGLU; harmony vocab.
     {"synth-gpt-oss", "", 1e-10, 32, 1e-10},
+    // gpt-oss as it ships: MXFP4 experts, Q8_0 for every other matrix (llama.cpp's MXFP4_MOE), the real 128-key
+    // window, and a 315-token prompt, so that layer 0 drops keys.
+    {"synth-gpt-oss-MXFP4", "", 5e-4, 2, 5e-3},
 };
 
 class GoldenTest : public ::testing::TestWithParam<GoldenCase> {};
@@ -98,7 +106,8 @@ TEST_P(GoldenTest, MatchesLlamaCpp) {
 
   std::map<int, std::vector<float>> router_logits;  // layer -> [n_tok][n_expert] of the prompt batch
   bool capture = true;
-  EngineOptions eo{.model_path = ModelOf(c), .n_ctx = 256, .n_batch = 256, .kv_type = DType::kF32};
+  EngineOptions eo{.model_path = ModelOf(c), .n_ctx = ContextOf(g), .n_batch = ContextOf(g),
+                   .kv_type = DType::kF32};
   eo.dump = [&](std::string_view name, int layer, std::span<const float> data) {
     if (capture && name == "ffn_gate_inp") router_logits[layer].assign(data.begin(), data.end());
   };
@@ -210,7 +219,7 @@ TEST_P(GoldenTest, LastRowOnlyMatchesFullPrefill) {
   const std::vector<float> want_logits = test::ReadF32(DataPath("goldens/" + c.golden + ".logits.f32.bin"));
   std::vector<int64_t> last_layer_rows;  // per chunk: rows the last layer's FFN saw (-1: it did not run)
   int n_embd = 0, n_layer = 0;
-  EngineOptions eo{.model_path = ModelOf(c), .n_ctx = 256, .n_batch = 3, .kv_type = DType::kF32};
+  EngineOptions eo{.model_path = ModelOf(c), .n_ctx = ContextOf(g), .n_batch = 3, .kv_type = DType::kF32};
   eo.dump = [&](std::string_view name, int layer, std::span<const float> data) {
     if (name == "attn_norm" && layer == n_layer - 1) last_layer_rows.push_back(-1);
     if (name == "l_out" && layer == n_layer - 1) last_layer_rows.back() = static_cast<int64_t>(data.size()) / n_embd;
@@ -237,8 +246,8 @@ TEST_P(GoldenTest, LastRowOnlyMatchesFullPrefill) {
 
   // Against our own full evaluation: every CPU kernel computes a token's row the same way whatever the batch, so
   // on every kernel path the row is bit-identical.
-  auto full_engine = Engine::Open(EngineOptions{.model_path = ModelOf(c), .n_ctx = 256, .n_batch = 256,
-                                                .kv_type = DType::kF32});
+  auto full_engine = Engine::Open(EngineOptions{.model_path = ModelOf(c), .n_ctx = ContextOf(g),
+                                                .n_batch = ContextOf(g), .kv_type = DType::kF32});
   ASSERT_TRUE(full_engine.ok()) << full_engine.status();
   std::vector<float> all(prompt.size() * n_vocab);
   test::Poison(all);

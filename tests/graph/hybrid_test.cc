@@ -55,7 +55,7 @@ std::vector<ModelCase> AllModels() {
 std::vector<ModelCase> FamilyModels() {
   std::vector<ModelCase> m;
   for (const char* golden : {"synth-llama3", "synth-qwen2", "synth-qwen3", "synth-qwen3moe", "synth-qwen3moe-Q4_K_M",
-                             "synth-qwen2moe", "synth-qwen2-yarn", "synth-gpt-oss"}) {
+                             "synth-qwen2moe", "synth-qwen2-yarn", "synth-gpt-oss", "synth-gpt-oss-MXFP4"}) {
     m.push_back({golden, ""});
   }
   return m;

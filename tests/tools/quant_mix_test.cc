@@ -113,6 +113,31 @@ TEST(QuantMix, QuantizeTypeNames) {
   EXPECT_EQ(QuantMixName(QuantMix::kQ6_K), "Q6_K");
 }
 
+// llama.cpp's MXFP4_MOE (gpt-oss's downloads): expert stacks MXFP4, every other matrix Q8_0 (the head and the
+// token embeddings too), what is never quantized left alone. Checked against llama-quantize's output for a
+// 2-layer gpt-oss file written by `tandem synth` (llama.cpp d32676d77, by hand).
+TEST(QuantMix, Mxfp4Moe) {
+  EXPECT_EQ(QuantMixFromName("mxfp4_moe"), QuantMix::kMXFP4_MOE);
+  EXPECT_EQ(QuantizeTypeFromName("MXFP4_MOE"), QuantMix::kMXFP4_MOE);
+  EXPECT_EQ(QuantizeTypeFromName("38"), QuantMix::kMXFP4_MOE);
+  EXPECT_EQ(QuantMixFileType(QuantMix::kMXFP4_MOE), 38u);
+  const auto type = [](std::string_view name, int dims, int64_t row = 2880) {
+    return QuantMixType(QuantMix::kMXFP4_MOE, {.name = name, .layer = 0, .n_layer = 24, .n_expert = 32,
+                                               .n_head = 64, .n_head_kv = 8, .row_elems = row, .n_dims = dims,
+                                               .arch = "gpt-oss"});
+  };
+  for (const char* e : {"blk.0.ffn_gate_exps.weight", "blk.0.ffn_up_exps.weight", "blk.0.ffn_down_exps.weight"}) {
+    EXPECT_EQ(type(e, 3), DType::kMXFP4) << e;
+  }
+  for (const char* m : {"token_embd.weight", "output.weight", "blk.0.attn_q.weight", "blk.0.attn_k.weight",
+                        "blk.0.attn_v.weight", "blk.0.attn_output.weight"}) {
+    EXPECT_EQ(type(m, 2), DType::kQ8_0) << m;
+  }
+  EXPECT_EQ(type("blk.0.ffn_gate_inp.weight", 2), DType::kF32);  // the router
+  EXPECT_EQ(type("blk.0.attn_sinks.weight", 1), DType::kF32);
+  EXPECT_EQ(type("blk.0.ffn_gate_exps.bias", 2), DType::kF32);
+}
+
 TEST(QuantMix, LayersWithMoreBits) {
   std::vector<int> q6;
   for (const Named& n : Tensors(kLlama31_8B)) {
