@@ -148,7 +148,9 @@ absl::StatusOr<HostBuf> SyntheticMatrix(DType type, int64_t rows, int64_t cols) 
 std::vector<DType> TypesToMeasure(const CalibrateOptions& opts) {
   std::vector<DType> types = opts.types;
   if (types.empty()) {
-    types = {DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+    // MXFP4: gpt-oss's experts; without a measured rate the planner would take the slowest type's.
+    types = {DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K,
+             DType::kMXFP4};
   }
   types.erase(std::remove_if(types.begin(), types.end(), [](DType t) { return !CanQuantize(t); }), types.end());
   return types;

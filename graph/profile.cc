@@ -143,7 +143,7 @@ MachineProfile DefaultProfile(bool has_gpu) {
   p.device = has_gpu ? "gpu" : "none";
   p.has_gpu = has_gpu;
   for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0,
-                  DType::kQ5_1, DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+                  DType::kQ5_1, DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kMXFP4}) {
     p.cpu_gemv_gbps[t] = 20;
     p.cpu_gemm_gflops[t] = 200;
   }
