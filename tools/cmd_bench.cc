@@ -37,6 +37,7 @@ The probe reads a 1 GiB buffer of its own, which adds 1 GiB to bench's peak RSS;
   -b, --batch-size N      prefill batch (default 512)
   -o, --output md|csv|json   the table's format (default md); json has llama-bench's keys
   --no-probe              no read probe (no GB/s roof, and 1 GiB less RSS)
+  -h, --help              this text
 )";
 
 struct BenchFlags {

@@ -23,7 +23,12 @@ constexpr const char* kCalibrateUsage =
   nothing is stored. The profile names the host it describes, and is cached in
   ~/.cache/tandem/profile-<device>.v3.json (where tandem plan and run find it) and also written to PROFILE when
   -o is given.
-  --quick   small sizes and few trials: rough numbers in about a second; never replaces a full profile
+  --device auto|none|cuda[:I]|sim:VRAM[,...]   the accelerator to measure besides the CPU (default auto: the first
+                       CUDA GPU, else none)
+  -t, --threads N      CPU threads the CPU figures are measured with (default: all cores)
+  -o, --output FILE    also write the profile to FILE (default: only the cache)
+  --quick              small sizes and few trials: rough numbers in about a second; never replaces a full profile
+  -h, --help           this text
 )";
 
 // The device to measure, or null for none.

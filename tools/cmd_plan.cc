@@ -29,6 +29,7 @@ constexpr const char* kPlanUsage =
   --gen-tokens N       expected generated tokens (default 128)
   --profile FILE       machine profile to plan with (default: the cached calibration, measured once)
   --json               one JSON object on stdout
+  -h, --help           this text
 )";
 
 struct PlanFlags {

@@ -40,6 +40,7 @@ constexpr const char* kSweepUsage =
   --max-points N       at most N swept placements (default 12), plus the auto plan
   --format csv|json    the table's format (default csv)
   --profile FILE       machine profile to plan with (default: the cached calibration)
+  -h, --help           this text
 Placement flags apply to every point, except the layer counts, which the sweep sets. A point that does not fit the
 VRAM budget is kept as a row with status "infeasible".
 )";

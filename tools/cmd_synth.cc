@@ -38,6 +38,9 @@ as llama.cpp's converter writes it (the Llama 3 shapes have it already).
 --yarn FACTOR[:ORIG_CTX] writes YaRN RoPE scaling (rope.scaling.type yarn, its factor and original context).
 --shared-ff F sets the width of a shared expert (qwen2moe; the default is the shape's).
 --swa N sets the sliding window of the windowed layers (gpt-oss: 128, on the even layers).
+Each flag's default is the shape's value (tandem inspect on the output shows them all), except:
+  --seed S (default 1)  --router-skew S (default 0)  --vocab-file F (default: the build's vocab/ folder)
+  --type TYPE (required)  -o, --output FILE (required)  -h, --help (this text)
 )";
 
 std::string ShapeNames() {

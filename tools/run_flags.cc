@@ -14,6 +14,9 @@ const char* const kRunUsage = R"(usage: tandem run [-m MODEL] [-p PROMPT | -f PR
                   [--logits-out FILE] [--routing-out FILE [--routing-append]]
 Without -m, runs the bundled stories260K model. -p "" generates from BOS alone. The prompt is echoed before the
 continuation (--no-display-prompt drops it); the summary goes to stderr, or everything as JSON with --json.
+  -m, --model FILE     the GGUF model (default: the bundled stories260K)
+  -p, --prompt TEXT    the prompt (default "Once upon a time"; "" generates from BOS alone)
+  -f, --file FILE      the prompt is FILE's text
   -n, --n-predict N    tokens to generate (default 128); generation also stops at an end-of-generation token,
                        a reverse prompt, or when the context is full, and the summary says which
   -c, --ctx-size N     context (default: the model's trained context, at most 4096)
@@ -30,7 +33,9 @@ continuation (--no-display-prompt drops it); the summary goes to stderr, or ever
                        experts, per layer, for --routing FILE of plan, run, bench and sweep
   --routing-append     add this run's counts to those FILE holds (a recording of a model of the same shape), so
                        that one run per prompt of a calibration set builds one file
-  -fa [on|auto]        accepted: attention is always one fused kernel here ('off' is refused)
+  -fa, --flash-attn [on|auto]   accepted: attention is always one fused kernel here ('off' is refused)
+  --no-mmap, --mlock   refused with a reason: weights are always mapped, and locking is not offered
+  -h, --help           this text
 sampling (llama.cpp's defaults):
   --temp T             temperature (default 0.8; 0 is greedy, ties to the lowest id)
   --top-k K            (default 40; 0 disables)      --top-p P   (default 0.95; 1 disables)

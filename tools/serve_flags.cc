@@ -26,6 +26,7 @@ It listens first and loads the model after, so /health answers "loading" meanwhi
   -b, --batch-size N   prompt tokens per forward pass (default 512)
   -t, --threads N      CPU threads (default: the cores)
   --kv-type f16|f32    the KV cache's element type (default f16)
+  -h, --help           this text
 )";
 
 absl::StatusOr<ServeFlags> ParseServeFlags(std::span<const std::string> argv, bool* help) {
