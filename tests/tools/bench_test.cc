@@ -54,5 +54,20 @@ TEST(Bench, ThreadListsRunEveryTestAtEachCount) {
   EXPECT_EQ(bad.err.rfind("error: ", 0), 0u) << bad.err;
 }
 
+// A long prefill test says, before it starts, how long the plan expects it to take (here 2048 tokens x 10000
+// repetitions); the run is cut off once the note is out.
+TEST(Bench, LongPrefillTestsAreAnnounced) {
+  // Waits for the note (at most a minute: a first run here may calibrate), then stops the bench.
+  const test::CmdResult r = RunCommand(
+      "(f=$(mktemp); " + TandemBin() + " bench -p 2048 -n 0 -r 10000 --no-probe -o json 2>\"$f\" >/dev/null & p=$!; "
+      "for i in $(seq 600); do grep -q 'note: the prefill' \"$f\" && break; kill -0 $p 2>/dev/null || break; "
+      "sleep 0.1; done; kill $p 2>/dev/null; wait $p 2>/dev/null; cat \"$f\" >&2; rm -f \"$f\")");
+  EXPECT_NE(r.err.find("note: the prefill tests (2048 tokens, 10000 repetitions each) take about "), std::string::npos)
+      << r.err;
+  const test::CmdResult quick = RunCommand(TandemBin() + " bench -p 8 -n 0 -r 1 --no-probe -o json");
+  ASSERT_EQ(quick.exit_code, 0) << quick.err;
+  EXPECT_EQ(quick.err.find("note: the prefill tests"), std::string::npos) << quick.err;
+}
+
 }  // namespace
 }  // namespace tandem
