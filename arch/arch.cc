@@ -144,14 +144,14 @@ UnitWeights BindUnit(const ModelSchema& model, UnitKind kind, int layer, const T
   return w;
 }
 
-void RunUnit(const Architecture& arch, Backend& be, const StepContext& s, const UnitWeights& w, const KvLayer* kv,
-             int64_t first_row, Activations& act) {
+void RunUnit(const Architecture& arch, Backend& be, const StepContext& s, const UnitWeights& w,
+             std::span<const KvLayer> kv, int64_t first_row, Activations& act) {
   switch (w.kind) {
     case UnitKind::kEmbd:
       arch.Embed(be, s, w, act);
       return;
     case UnitKind::kAttn:
-      arch.Attention(be, s, w, *kv, act);
+      arch.Attention(be, s, w, kv, act);
       return;
     case UnitKind::kFfn:
       arch.Ffn(be, s, w, act);

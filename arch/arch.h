@@ -53,11 +53,21 @@ struct UnitWeights {
   }
 };
 
-// What one forward step knows: the batch, its first position, and a hook that sees named intermediates.
+// One sequence's share of a batch: rows [row0, row0 + n_tok) at positions pos0.., cached in KV sequence `seq`.
+// A batch is one or more segments, back to back, each of a different sequence (continuous batching: decode tokens
+// of running requests beside a chunk of a waiting prompt).
+struct BatchSegment {
+  int64_t row0 = 0;
+  int64_t n_tok = 0;
+  int64_t pos0 = 0;
+  int seq = 0;
+};
+
+// What one forward step knows: the batch, its sequences, and a hook that sees named intermediates.
 struct StepContext {
   const ModelConfig* cfg = nullptr;
   int64_t n_tok = 0;
-  int64_t pos0 = 0;
+  std::span<const BatchSegment> segments;  // covering rows [0, n_tok) in order
   // The trailing n_live tokens of the batch whose residual rows later units still read. It is n_tok except in the
   // last layer, where only the logit rows go on: there the attention unit still caches every token's K and V but
   // computes queries, attention and all that follows for the live rows only, as llama.cpp does.
@@ -90,7 +100,8 @@ class Architecture {
 
   // ---- The forward pass: each unit reads and writes the residual stream act.x on `be` ----
   virtual void Embed(Backend& be, const StepContext& s, const UnitWeights& w, Activations& act) const = 0;
-  virtual void Attention(Backend& be, const StepContext& s, const UnitWeights& w, const KvLayer& kv,
+  // kv: the layer's cache of each sequence, indexed by BatchSegment::seq.
+  virtual void Attention(Backend& be, const StepContext& s, const UnitWeights& w, std::span<const KvLayer> kv,
                          Activations& act) const = 0;
   virtual void Ffn(Backend& be, const StepContext& s, const UnitWeights& w, Activations& act) const = 0;
   // Logits of rows [first_row, n_tok) into act.logits (row 0 = first_row).
@@ -120,8 +131,8 @@ absl::StatusOr<ModelSchema> MatchModelSchema(const ModelConfig& cfg, std::span<c
 using TensorData = std::function<const uint8_t*(const GgufTensorInfo&)>;
 UnitWeights BindUnit(const ModelSchema& model, UnitKind kind, int layer, const TensorData& data_of);
 
-// Runs one unit's function.
-void RunUnit(const Architecture& arch, Backend& be, const StepContext& s, const UnitWeights& w, const KvLayer* kv,
-             int64_t first_row, Activations& act);
+// Runs one unit's function; kv is the layer's caches (per sequence) for attention, empty otherwise.
+void RunUnit(const Architecture& arch, Backend& be, const StepContext& s, const UnitWeights& w,
+             std::span<const KvLayer> kv, int64_t first_row, Activations& act);
 
 }  // namespace tandem

@@ -1,5 +1,6 @@
 #include "arch/blocks.h"
 
+#include <algorithm>
 #include <cmath>
 #include <span>
 
@@ -20,7 +21,7 @@ AttentionOptions DecoderAttentionOptions(const ModelConfig& c, RopeMode mode, co
 }
 
 void AttentionBlock(Backend& be, const StepContext& s, int il, const AttentionWeights& w, const AttentionOptions& o,
-                    const KvLayer& kv, Activations& act) {
+                    std::span<const KvLayer> kv, Activations& act) {
   const ModelConfig& c = *s.cfg;
   const int64_t n = s.n_tok;
   const int64_t q_dim = c.q_dim(), kv_dim = c.n_embd_kv();
@@ -44,7 +45,9 @@ void AttentionBlock(Backend& be, const StepContext& s, int il, const AttentionWe
     s.Named(be, act.k, n * kv_dim, "k_norm", il);
   }
   be.Rope(act.k, n, act.pos, rope_k);                   s.Named(be, act.k, n * kv_dim, "k_rope", il);
-  be.KvStore(kv, act.k, act.v, n, s.pos0);
+  for (const BatchSegment& g : s.segments) {  // each sequence's rows into its own cache
+    be.KvStore(kv[g.seq], act.k + g.row0 * kv_dim, act.v + g.row0 * kv_dim, g.n_tok, g.pos0);
+  }
   if (m == 0) return;
   if (m < n) be.MatMul(*w.wq, act.cur + r0 * c.n_embd, m, act.q);
   if (w.bq != nullptr) be.AddBias(act.q, w.bq, m, q_dim, act.q);
@@ -54,7 +57,12 @@ void AttentionBlock(Backend& be, const StepContext& s, int il, const AttentionWe
     s.Named(be, act.q, m * q_dim, "q_norm", il);
   }
   be.Rope(act.q, m, act.pos + r0, o.rope);              s.Named(be, act.q, m * q_dim, "q_rope", il);
-  be.Attention(act.q, kv, m, s.pos0 + r0, o.attn, act.att);
+  for (const BatchSegment& g : s.segments) {  // each sequence's live queries against its own cache
+    const int64_t first = std::max(g.row0, r0), end = g.row0 + g.n_tok;
+    if (first >= end) continue;
+    be.Attention(act.q + (first - r0) * q_dim, kv[g.seq], end - first, g.pos0 + (first - g.row0), o.attn,
+                 act.att + (first - r0) * q_dim);
+  }
   s.Named(be, act.att, m * q_dim, "kqv", il);
   be.MatMul(*w.wo, act.att, m, act.cur);
   if (w.bo != nullptr) be.AddBias(act.cur, w.bo, m, c.n_embd, act.cur);

@@ -38,7 +38,7 @@ AttentionOptions DecoderAttentionOptions(const ModelConfig& c, RopeMode mode, co
 // x += wo(attention(rope(wq norm(x)), cache + rope(wk norm(x)), wv norm(x))), the cache taking every token. With
 // biases, each projection adds its own; with q_norm/k_norm, each head of q and k is RMS-normed before RoPE.
 void AttentionBlock(Backend& be, const StepContext& s, int il, const AttentionWeights& w, const AttentionOptions& o,
-                    const KvLayer& kv, Activations& act);
+                    std::span<const KvLayer> kv, Activations& act);
 
 // The FFN's input: the norm of the live residual rows into act.cur. Returns those rows of act.x.
 float* FfnNormBlock(Backend& be, const StepContext& s, int il, const WeightMatrix& norm, float eps, Activations& act);

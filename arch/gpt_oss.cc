@@ -96,7 +96,7 @@ class GptOss final : public Architecture {
     EmbedBlock(be, s, w[kTokenEmbdSlot], act);
   }
 
-  void Attention(Backend& be, const StepContext& s, const UnitWeights& w, const KvLayer& kv,
+  void Attention(Backend& be, const StepContext& s, const UnitWeights& w, std::span<const KvLayer> kv,
                  Activations& act) const override {
     const ModelConfig& c = *s.cfg;
     AttentionOptions o = DecoderAttentionOptions(c, RopeMode::kNeox);

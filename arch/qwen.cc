@@ -133,7 +133,7 @@ class Qwen final : public Architecture {
     EmbedBlock(be, s, w[kTokenEmbdSlot], act);
   }
 
-  void Attention(Backend& be, const StepContext& s, const UnitWeights& w, const KvLayer& kv,
+  void Attention(Backend& be, const StepContext& s, const UnitWeights& w, std::span<const KvLayer> kv,
                  Activations& act) const override {
     AttentionBlock(be, s, w.layer,
                    {.norm = &w[kAttnNormSlot], .wq = &w[kWqSlot], .wk = &w[kWkSlot], .wv = &w[kWvSlot],

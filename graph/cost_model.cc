@@ -131,12 +131,13 @@ Counted Count(const UnitSpec& u, int64_t n_tok, double ctx, int kv_elem_bytes, i
   const int64_t n = std::max<int64_t>(n_tok, 1);
   CountingBackend be(n, ctx, kv_elem_bytes);
   std::vector<ExpertMatrices> views(static_cast<size_t>(std::max(prog.cfg.n_expert, 0)));
-  StepContext s{.cfg = &prog.cfg, .n_tok = n, .pos0 = 0, .n_live = n_live < 0 ? n : std::min(n_live, n),
-                .expert_views = views.data()};
+  const BatchSegment one_sequence[] = {{.row0 = 0, .n_tok = n, .pos0 = 0, .seq = 0}};
+  StepContext s{.cfg = &prog.cfg, .n_tok = n, .segments = one_sequence,
+                .n_live = n_live < 0 ? n : std::min(n_live, n), .expert_views = views.data()};
   Activations act = NowhereActivations(prog.cfg, n);
   const KvLayer kv{.type = kv_elem_bytes == 2 ? DType::kF16 : DType::kF32, .n_ctx = 0,
                    .row_elems = prog.cfg.n_embd_kv()};
-  RunUnit(*prog.arch, be, s, prog.weights, &kv, n - s.n_live, act);
+  RunUnit(*prog.arch, be, s, prog.weights, std::span(&kv, 1), n - s.n_live, act);
   return Counted{be.work(), be.ops()};
 }
 

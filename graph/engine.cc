@@ -43,7 +43,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& opts) 
                                                        .profile_path = opts.profile_path,
                                                        .cuda_vram_budget = opts.placement.vram_budget.value_or(0)}));
   for (const std::string& note : dev.notes) std::fprintf(stderr, "note: %s\n", note.c_str());
-  const PlanOptions po{.n_ctx = e->n_ctx_, .n_batch = e->n_batch_, .n_threads = std::max(opts.n_threads, 1),
+  if (opts.n_seq < 1 || opts.n_seq > e->n_batch_) {
+    return InvalidArgument("sequences: ", opts.n_seq, " (from 1 to the batch size, ", e->n_batch_, ")");
+  }
+  const PlanOptions po{.n_ctx = e->n_ctx_, .n_batch = e->n_batch_, .n_seq = opts.n_seq, .n_threads = std::max(opts.n_threads, 1),
                        .kv_elem_bytes = opts.kv_type == DType::kF16 ? 2 : 4, .prompt_tokens = opts.prompt_tokens,
                        .gen_tokens = opts.gen_tokens, .repack = opts.repack, .routing = opts.routing};
   TANDEM_ASSIGN_OR_RETURN(Plan plan, PlanModel(*e->file_, cfg, dev, opts.placement, po));
@@ -91,7 +94,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& opts) 
   if (absl::StatusOr<MembindReport> bound = ApplyNumaPlan(*e->topology_, e->numa_, *e->file_); !bound.ok()) {
     std::fprintf(stderr, "warning: NUMA placement not applied: %s\n", Message(bound.status()).c_str());
   }
-  ExecutorOptions xo{.n_ctx = e->n_ctx_, .max_batch = e->n_batch_, .kv_type = opts.kv_type, .dump = opts.dump,
+  ExecutorOptions xo{.n_ctx = e->n_ctx_, .n_seq = opts.n_seq, .max_batch = e->n_batch_, .kv_type = opts.kv_type, .dump = opts.dump,
                      .progress = opts.progress, .on_routing = opts.on_routing};
   // The CPU's repacked copies go where the plan put the file's pages: each group of 16 rows with its rows.
   TANDEM_ASSIGN_OR_RETURN(std::vector<MemoryRegion> file_regions, NumaMemoryRegions(e->numa_, *e->file_));
@@ -128,7 +131,8 @@ Engine::~Engine() {
   devices_.reset();
 }
 
-absl::Status Engine::Prefill(std::span<const int32_t> tokens, int64_t pos0, bool all_logits, float* logits) {
+absl::Status Engine::Prefill(std::span<const int32_t> tokens, int64_t pos0, bool all_logits, float* logits,
+                             int seq) {
   const int64_t n = static_cast<int64_t>(tokens.size());
   if (n == 0) return InvalidArgument("empty prompt: nothing to evaluate");
   for (int64_t start = 0; start < n; start += n_batch_) {
@@ -136,7 +140,8 @@ absl::Status Engine::Prefill(std::span<const int32_t> tokens, int64_t pos0, bool
     const bool last = start + len == n;
     const int64_t rows = all_logits ? len : (last ? 1 : 0);
     float* out = all_logits ? logits + start * model_.cfg.n_vocab : logits;
-    TANDEM_RETURN_IF_ERROR(executor_->Forward(tokens.subspan(start, len), pos0 + start, rows, out));
+    const BatchSegment segment[] = {{.row0 = 0, .n_tok = len, .pos0 = pos0 + start, .seq = seq}};
+    TANDEM_RETURN_IF_ERROR(executor_->Forward(tokens.subspan(start, len), segment, rows, out));
   }
   return absl::OkStatus();
 }

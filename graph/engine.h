@@ -30,6 +30,7 @@ struct EngineOptions {
   int gen_tokens = 128;
   int n_ctx = 0;                      // 0: min(4096, the model's training context)
   int n_batch = 512;                  // prefill batch
+  int n_seq = 1;                      // KV sequences (serve --parallel), each of n_ctx positions
   int n_threads = 0;                  // 0: one per core
   std::string numa = "auto";          // auto|off|interleave|shard
   Repack repack = Repack::kAuto;      // the CPU's MatMul weight layout (cpu_backend/cpu_backend.h)
@@ -67,9 +68,9 @@ class Engine {
   Backend* device(int i) { return devices_->backend_or_null(i); }
   const NumaPlan& numa() const { return numa_; }
 
-  // Runs the prompt in batches of n_batch from position pos0. Writes the logits of every position when
-  // all_logits (logits: [n][n_vocab]), else of the last one (logits: [n_vocab]).
-  absl::Status Prefill(std::span<const int32_t> tokens, int64_t pos0, bool all_logits, float* logits);
+  // Runs the prompt in batches of n_batch from position pos0 of KV sequence `seq`. Writes the logits of every
+  // position when all_logits (logits: [n][n_vocab]), else of the last one (logits: [n_vocab]).
+  absl::Status Prefill(std::span<const int32_t> tokens, int64_t pos0, bool all_logits, float* logits, int seq = 0);
 
  private:
   Engine() = default;

@@ -137,7 +137,8 @@ absl::Status Executor::Impl::Load(ExecutorStats& stats) {
   const int k = std::max(model.cfg.n_expert_used, 1);
   for (const Unit& u : units) {
     if (!u.split) continue;
-    const int64_t most[2] = {static_cast<int64_t>(opts.max_batch) * k, k};  // [prefill, decode]
+    const int64_t most[2] = {static_cast<int64_t>(opts.max_batch) * k,  // [prefill, decode]
+                             static_cast<int64_t>(opts.n_seq) * k};
     for (Phase ph : {Phase::kPrefill, Phase::kDecode}) {
       if (ph == Phase::kDecode && plan->expert_cache_bytes > 0) continue;  // decode copies into the cache
       const int64_t n = std::min<int64_t>(u.plan->CountExperts(ph, Placement::kStream), most[static_cast<int>(ph)]);
@@ -240,21 +241,35 @@ absl::Status Executor::Impl::AllocateState() {
   }
 
   const size_t elem = opts.kv_type == DType::kF16 ? 2 : 4;
-  kv.resize(cfg.n_layer);
+  const int n_seq = opts.n_seq;
+  kv.resize(static_cast<size_t>(cfg.n_layer) * n_seq);
   for (const Unit& u : units) {
     if (u.plan->kind != UnitKind::kAttn) continue;
     const int64_t rows = cfg.KvRows(u.plan->layer, opts.n_ctx, max_tok);
     const size_t half = static_cast<size_t>(rows) * cfg.n_embd_kv() * elem;
-    void* block = nullptr;
+    void* block = nullptr;  // the layer's K and V of every sequence
     const std::string what = Cat("kv cache of layer ", u.plan->layer);
     if (GpuSide(u.plan->decode)) {
-      TANDEM_ASSIGN_OR_RETURN(block, DeviceAlloc(u.device, 2 * half, what));
+      TANDEM_ASSIGN_OR_RETURN(block, DeviceAlloc(u.device, 2 * half * n_seq, what));
     } else {
-      TANDEM_ASSIGN_OR_RETURN(block, cpu->Alloc(2 * half, what));
+      TANDEM_ASSIGN_OR_RETURN(block, cpu->Alloc(2 * half * n_seq, what));
       cpu_allocs.push_back(block);
     }
-    kv[u.plan->layer] = KvLayer{.type = opts.kv_type, .k = block, .v = static_cast<uint8_t*>(block) + half,
-                                .n_ctx = rows, .row_elems = cfg.n_embd_kv(), .ring = rows < opts.n_ctx};
+    for (int q = 0; q < n_seq; ++q) {
+      uint8_t* base = static_cast<uint8_t*>(block) + 2 * half * q;
+      kv[static_cast<size_t>(u.plan->layer) * n_seq + q] =
+          KvLayer{.type = opts.kv_type, .k = base, .v = base + half, .n_ctx = rows, .row_elems = cfg.n_embd_kv(),
+                  .ring = rows < opts.n_ctx};
+    }
+  }
+  // A decode step's streamed experts must all fit the expert cache at once (AllocateExpertCache): a batch of one
+  // token per sequence that could route to more runs with the prefill placement instead.
+  decode_max_tok = n_seq;
+  for (size_t d = 1; d < accel.size(); ++d) {
+    if (accel[d].cache != nullptr) {
+      const int64_t slots = static_cast<int64_t>(accel[d].cache_owner.size());
+      decode_max_tok = std::min<int64_t>(decode_max_tok, slots / std::max(cfg.n_expert_used, 1));
+    }
   }
   return absl::OkStatus();
 }
@@ -266,6 +281,9 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const GgufFile& file,
     return InvalidArgument("KV cache type must be F16 or F32");
   }
   if (opts.n_ctx < 1 || opts.max_batch < 1) return InvalidArgument("context and batch must be positive");
+  if (opts.n_seq < 1 || opts.n_seq > std::min(opts.max_batch, opts.n_ctx)) {
+    return InvalidArgument("sequences: ", opts.n_seq, " (from 1 to the batch size, ", std::min(opts.max_batch, opts.n_ctx), ")");
+  }
   if (devices.empty() || devices[kHostDevice] == nullptr) return InvalidArgument("the executor needs the host CPU");
   std::unique_ptr<Executor> ex(new Executor());
   ex->plan_ = plan;
@@ -294,23 +312,53 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const GgufFile& file,
 Executor::~Executor() = default;
 
 absl::Status Executor::Forward(std::span<const int32_t> tokens, int64_t pos0, int64_t n_logit_rows, float* logits) {
+  const BatchSegment one[] = {{.row0 = 0, .n_tok = static_cast<int64_t>(tokens.size()), .pos0 = pos0, .seq = 0}};
+  return Forward(tokens, one, n_logit_rows, logits);
+}
+
+int Executor::n_seq() const { return impl_->opts.n_seq; }
+
+absl::Status Executor::Forward(std::span<const int32_t> tokens, std::span<const BatchSegment> segments,
+                               int64_t n_logit_rows, float* logits) {
   Impl& m = *impl_;
   const ModelConfig& c = m.model.cfg;
   const int64_t n = static_cast<int64_t>(tokens.size());
   if (n < 1 || n > m.opts.max_batch) return InvalidArgument("batch of ", n, " tokens (max ", m.opts.max_batch, ")");
-  if (pos0 < 0 || pos0 + n > m.opts.n_ctx) {
-    return InvalidArgument("context full: positions up to ", pos0 + n, " but the context holds ", m.opts.n_ctx);
+  if (segments.empty() || segments.size() > static_cast<size_t>(m.opts.n_seq)) {
+    return InvalidArgument("a batch of ", segments.size(), " sequences (from 1 to ", m.opts.n_seq, ")");
   }
+  int64_t next_row = 0;
+  bool one_token_each = true;
+  for (size_t i = 0; i < segments.size(); ++i) {
+    const BatchSegment& g = segments[i];
+    if (g.row0 != next_row || g.n_tok < 1 || g.row0 + g.n_tok > n) {
+      return InvalidArgument("batch segment ", i, " (rows ", g.row0, "+", g.n_tok, ") does not follow row ", next_row,
+                             " of ", n);
+    }
+    if (g.seq < 0 || g.seq >= m.opts.n_seq) return InvalidArgument("sequence ", g.seq, " of ", m.opts.n_seq);
+    for (size_t j = 0; j < i; ++j) {
+      if (segments[j].seq == g.seq) return InvalidArgument("sequence ", g.seq, " appears twice in one batch");
+    }
+    if (g.pos0 < 0 || g.pos0 + g.n_tok > m.opts.n_ctx) {
+      return InvalidArgument("context full: positions up to ", g.pos0 + g.n_tok, " but the context holds ",
+                             m.opts.n_ctx);
+    }
+    next_row = g.row0 + g.n_tok;
+    one_token_each = one_token_each && g.n_tok == 1;
+  }
+  if (next_row != n) return InvalidArgument("the batch segments cover ", next_row, " of ", n, " tokens");
   if (n_logit_rows < 0 || n_logit_rows > n) return InvalidArgument("bad logits row count ", n_logit_rows);
   for (int32_t t : tokens) {
     if (t < 0 || t >= c.n_vocab) return InvalidArgument("token id ", t, " out of range (vocab ", c.n_vocab, ")");
   }
-  const Phase phase = n == 1 ? Phase::kDecode : Phase::kPrefill;
+  const Phase phase = one_token_each && n <= m.decode_max_tok ? Phase::kDecode : Phase::kPrefill;
   uint64_t pcie = 0;
 
   const int ph = static_cast<int>(phase);
   std::memcpy(m.cpu_act.ids, tokens.data(), n * sizeof(int32_t));
-  for (int64_t t = 0; t < n; ++t) m.cpu_act.pos[t] = static_cast<int32_t>(pos0 + t);
+  for (const BatchSegment& g : segments) {
+    for (int64_t t = 0; t < g.n_tok; ++t) m.cpu_act.pos[g.row0 + t] = static_cast<int32_t>(g.pos0 + t);
+  }
   for (size_t d = 1; d < m.accel.size(); ++d) {  // the ids and positions, to each accelerator this phase runs on
     Accelerator& a = m.accel[d];
     if (!a.runs[ph]) continue;
@@ -319,7 +367,7 @@ absl::Status Executor::Forward(std::span<const int32_t> tokens, int64_t pos0, in
     pcie += 2 * n * 4;
   }
 
-  StepContext s{.cfg = &c, .n_tok = n, .pos0 = pos0, .n_live = n, .expert_views = m.expert_views.data(),
+  StepContext s{.cfg = &c, .n_tok = n, .segments = segments, .n_live = n, .expert_views = m.expert_views.data(),
                 .experts = m.dispatch.get()};
   m.phase = phase;
   m.step_pcie = &pcie;
@@ -402,7 +450,10 @@ absl::Status Executor::Forward(std::span<const int32_t> tokens, int64_t pos0, in
     }
     // Past the last layer's attention only the logit rows are read (their residual rows come last).
     if (u.plan->kind == UnitKind::kAttn && u.plan->layer == c.n_layer - 1) s.n_live = n_logit_rows;
-    const KvLayer* kv = u.plan->kind == UnitKind::kAttn ? &m.kv[u.plan->layer] : nullptr;
+    const std::span<const KvLayer> kv =
+        u.plan->kind == UnitKind::kAttn
+            ? std::span<const KvLayer>(m.kv).subspan(static_cast<size_t>(u.plan->layer) * m.opts.n_seq, m.opts.n_seq)
+            : std::span<const KvLayer>();
     RunUnit(*m.model.arch, be, s, *w, kv, n - n_logit_rows, act);
     if (slot >= 0) TANDEM_RETURN_IF_ERROR(m.accel[d].be->RecordEvent(m.accel[d].compute_done[slot], Stream::kCompute));
     if (u.plan->kind == UnitKind::kOutput && n_logit_rows > 0) {

@@ -23,7 +23,8 @@ namespace tandem {
 struct ExecutorOptions {
   using DumpFn = std::function<void(std::string_view name, int layer, std::span<const float> data)>;
   using ProgressFn = std::function<void(uint64_t done, uint64_t total)>;
-  int n_ctx = 512;                 // KV cache length, allocated once
+  int n_ctx = 512;                 // KV cache length of each sequence, allocated once
+  int n_seq = 1;                   // KV sequences (server slots); every one holds n_ctx positions
   int max_batch = 256;             // largest prefill batch (tokens per Forward)
   DType kv_type = DType::kF16;     // F16 or F32
   // Sees every named intermediate as host floats (copied back from an accelerator first). Null: no dumps.
@@ -77,9 +78,17 @@ class Executor {
                                                            const ExecutorOptions& opts);
   ~Executor();
 
-  // Runs tokens at positions pos0.. (tokens.size() <= max_batch, pos0 + size <= n_ctx). Writes the logits of the
-  // last `n_logit_rows` tokens to `logits` ([n_logit_rows][n_vocab], host). Decode when tokens.size() == 1.
+  // Runs tokens of sequence 0 at positions pos0.. (tokens.size() <= max_batch, pos0 + size <= n_ctx). Writes the
+  // logits of the last `n_logit_rows` tokens to `logits` ([n_logit_rows][n_vocab], host). Decode when
+  // tokens.size() == 1.
   absl::Status Forward(std::span<const int32_t> tokens, int64_t pos0, int64_t n_logit_rows, float* logits);
+  // The same for a batch of several sequences: `segments` split the tokens, in order, one per sequence. The MoE
+  // layers route the whole batch at once, so an expert two sequences share is read once. The step runs with the
+  // decode placement when every segment is one token (and the batch fits decode's expert buffers), else with
+  // prefill's.
+  absl::Status Forward(std::span<const int32_t> tokens, std::span<const BatchSegment> segments, int64_t n_logit_rows,
+                       float* logits);
+  int n_seq() const;
 
   const ExecutorStats& stats() const { return stats_; }
   const Plan& plan() const { return plan_; }

@@ -205,7 +205,8 @@ void Executor::Impl::RunExperts(Backend& be, int il, const MoeWeights& w, const 
       uint8_t* dst = nullptr;
       if (phase == Phase::kDecode && acc.cache != nullptr) {
         // Decode: from the cache when it holds the expert, else into its least recently used slot (never one
-        // this batch uses: those were just moved to the front, and the cache has at least k slots).
+        // this batch uses: those were just moved to the front, and the cache has k slots for each token of a decode
+        // batch, Impl::decode_max_tok).
         const int key = il * n_expert + e;
         int slot = cache_slot_of[key];
         if (slot >= 0) {

@@ -129,7 +129,8 @@ struct Executor::Impl {
   Backend* cpu = nullptr;
   std::vector<Accelerator> accel;  // [device]; [0] unused (the host)
   std::vector<Unit> units;         // plan order
-  std::vector<KvLayer> kv;         // per layer, on the device of its attention unit
+  std::vector<KvLayer> kv;         // [layer * n_seq + seq], on the device of the layer's attention unit
+  int64_t decode_max_tok = 1;      // the largest batch that runs with the decode placement (one token per sequence)
   Activations cpu_act;
   void* cpu_act_block = nullptr;
   Backend* cpu_act_pinned_by = nullptr;  // the accelerator that pinned the host activations, or null

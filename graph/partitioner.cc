@@ -49,6 +49,7 @@ Plan Planner::Finish(const Assignment& a, uint64_t cap, std::string why) const {
   if (plan.device.empty()) plan.device = "none";
   plan.vram_budget = cap;
   plan.n_ctx = in_.n_ctx;
+  plan.n_seq = in_.n_seq;
   plan.prefill_batch = std::max(in_.prefill_batch, 1);
   plan.n_threads = in_.n_threads;
   plan.kv_elem_bytes = in_.kv_elem_bytes;
@@ -408,11 +409,12 @@ absl::Status CheckKvFits(const PartitionInput& in, const std::vector<uint64_t>& 
   // Full-context layers grow with the context; windowed layers' rings stop growing at their window.
   uint64_t kv_per_position = 0, need = 0, rings = 0;
   for (const UnitSpec& u : in.units) {
-    need += u.KvBytes(in.n_ctx, in.kv_elem_bytes, in.prefill_batch);
+    const uint64_t n_seq = static_cast<uint64_t>(in.n_seq);
+    need += u.KvBytes(in.n_ctx, in.kv_elem_bytes, in.prefill_batch) * n_seq;
     if (u.kv_window > 0) {
-      rings += u.KvBytes(in.n_ctx, in.kv_elem_bytes, in.prefill_batch);
+      rings += u.KvBytes(in.n_ctx, in.kv_elem_bytes, in.prefill_batch) * n_seq;
     } else {
-      kv_per_position += u.KvBytes(1, in.kv_elem_bytes, in.prefill_batch);
+      kv_per_position += u.KvBytes(1, in.kv_elem_bytes, in.prefill_batch) * n_seq;
     }
   }
   if (need == 0) return absl::OkStatus();
@@ -423,9 +425,11 @@ absl::Status CheckKvFits(const PartitionInput& in, const std::vector<uint64_t>& 
       in.devices.empty() ? Cat(FormatBytes(in.host_ram_available), " of RAM available")
                          : Cat(FormatBytes(room), " of VRAM cap and available RAM together");
   const uint64_t largest = kv_per_position == 0 || room < rings ? 0 : (room - rings) / kv_per_position;
-  return absl::ResourceExhaustedError(Cat("-c ", in.n_ctx, " needs ", FormatBytes(need), " of KV cache but there is ",
-                                          where, largest > 0 ? Cat("; the largest context that fits is -c ", largest)
-                                                             : std::string("; no context fits")));
+  const std::string sequences = in.n_seq > 1 ? Cat(" for ", in.n_seq, " sequences") : "";
+  return absl::ResourceExhaustedError(Cat("-c ", in.n_ctx, sequences, " needs ", FormatBytes(need),
+                                          " of KV cache but there is ", where,
+                                          largest > 0 ? Cat("; the largest context that fits is -c ", largest)
+                                                      : std::string("; no context fits")));
 }
 
 }  // namespace partition_internal
@@ -465,6 +469,7 @@ absl::StatusOr<Plan> Partition(const PartitionInput& in) {
   if (in.units.empty()) return InvalidArgument("the model has no units to place");
   if (in.n_ctx <= 0) return InvalidArgument("the context size must be > 0, got ", in.n_ctx);
   if (in.prefill_batch <= 0) return InvalidArgument("the batch size must be > 0, got ", in.prefill_batch);
+  if (in.n_seq <= 0) return InvalidArgument("the sequence count must be > 0, got ", in.n_seq);
   if (in.prompt_tokens < 0 || in.gen_tokens < 0) return InvalidArgument("token counts must be >= 0");
   if (in.kv_elem_bytes <= 0) return InvalidArgument("the KV element size must be > 0");
   // Each accelerator's cap; the first's capacity may come from the profile.

@@ -82,7 +82,8 @@ struct PartitionInput {
   MachineProfile profile;
   PlacementRequest request;
   std::vector<DeviceDesc> devices;  // the accelerators (device 1, 2, ...); none: everything on the CPU
-  int n_ctx = 4096;                 // KV cache rows
+  int n_ctx = 4096;                 // KV cache rows of each sequence
+  int n_seq = 1;                    // KV sequences (server slots), each of n_ctx rows
   int kv_elem_bytes = 2;            // F16 cache
   int prefill_batch = 512;          // tokens per prefill batch
   int prompt_tokens = 512;          // expected mix

@@ -113,6 +113,7 @@ struct Plan {
   int prompt_tokens = 0;        // the expected mix auto placement minimised the time of
   int gen_tokens = 0;
   int n_ctx = 0;
+  int n_seq = 1;  // KV sequences the accounts hold, each of n_ctx rows
   int prefill_batch = 0;
   int n_threads = 1;
   double predicted_prefill_tps = 0;

@@ -81,6 +81,7 @@ nlohmann::json PlanJson(const Plan& plan, bool with_tensors) {
           {"why", plan.why},
           {"vram_budget", plan.vram_budget},
           {"n_ctx", plan.n_ctx},
+          {"n_seq", plan.n_seq},
           {"prefill_batch", plan.prefill_batch},
           {"n_threads", plan.n_threads},
           {"kv_elem_bytes", plan.kv_elem_bytes},

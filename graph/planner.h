@@ -167,7 +167,9 @@ class Planner {
     return absl::OkStatus();
   }
   size_t size() const { return in_.units.size(); }
-  uint64_t kv(size_t i) const { return in_.units[i].KvBytes(in_.n_ctx, in_.kv_elem_bytes, in_.prefill_batch); }
+  uint64_t kv(size_t i) const {
+    return in_.units[i].KvBytes(in_.n_ctx, in_.kv_elem_bytes, in_.prefill_batch) * static_cast<uint64_t>(in_.n_seq);
+  }
 
   // Mix-weighted seconds of one unit (no transfers).
   double Node(size_t i, const Option& o) const {

@@ -176,6 +176,7 @@ absl::StatusOr<Plan> PlanModel(const GgufFile& file, const ModelConfig& cfg, con
   }
   in.n_ctx = opts.n_ctx > 0 ? opts.n_ctx : DefaultContext(cfg);
   in.kv_elem_bytes = opts.kv_elem_bytes;
+  in.n_seq = std::max(opts.n_seq, 1);
   in.prefill_batch = std::max(1, std::min(opts.n_batch, in.n_ctx));
   in.prompt_tokens = opts.prompt_tokens;
   in.gen_tokens = opts.gen_tokens;

@@ -60,6 +60,7 @@ absl::StatusOr<DeviceSetup> SetupDevice(std::string_view spec, const DeviceSetup
 struct PlanOptions {
   int n_ctx = 0;          // 0: min(4096, the model's training context)
   int n_batch = 512;      // prefill batch (capped at n_ctx)
+  int n_seq = 1;          // KV sequences, each of n_ctx positions (serve --parallel)
   int n_threads = 1;
   int kv_elem_bytes = 2;  // F16 cache
   int prompt_tokens = 512;
