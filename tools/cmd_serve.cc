@@ -42,7 +42,7 @@ int CmdServe(std::span<const std::string> argv) {
   absl::StatusOr<PlacementRequest> placement = ToPlacementRequest(f.placement);
   if (!placement.ok()) return Fail(placement.status());
   EngineOptions eo{.model_path = f.model, .device = f.placement.device, .placement = *placement, .n_ctx = f.n_ctx,
-                   .n_batch = f.n_batch, .n_threads = f.n_threads, .numa = f.placement.numa, .kv_type = f.kv_type};
+                   .n_batch = f.n_batch, .n_seq = f.parallel, .n_threads = f.n_threads, .numa = f.placement.numa, .kv_type = f.kv_type};
   if (!f.placement.routing.empty()) {
     absl::StatusOr<std::shared_ptr<const RoutingStats>> routing = LoadRoutingFlag(f.placement, f.model);
     if (!routing.ok()) return Fail(routing.status());
@@ -117,9 +117,9 @@ int CmdServe(std::span<const std::string> argv) {
     std::fflush(stderr);
     _exit(0);
   }
-  // The worker first: the running request ends at its next token and the queued ones are refused, so every
-  // client gets its answer; then the HTTP threads, which no longer wait on anything.
-  worker.Stop();
+  // The worker first: it refuses new requests and finishes the running and queued ones, so every client gets its
+  // whole answer (a second signal exits at once); then the HTTP threads, which no longer wait on anything.
+  worker.Drain();
   server.Stop();
   http_thread.join();
   return 0;

@@ -11,12 +11,14 @@ namespace tandem::cli {
 const char* const kServeUsage = R"(usage: tandem serve -m MODEL [placement flags] [-c CTX] [--host HOST] [--port PORT] [--parallel N]
                     [--api-key KEY | --api-key-file FILE] [--chat-template NAME|FILE] [-t N]
 Serves the OpenAI API (/v1/completions, /v1/chat/completions, /v1/models) with /health and Prometheus /metrics.
-It listens first and loads the model after, so /health answers "loading" meanwhile. SIGINT or SIGTERM stops it.
+It listens first and loads the model after, so /health answers "loading" meanwhile. SIGINT or SIGTERM stops it
+after the requests it holds are answered (a second signal stops it at once).
   -m, --model FILE     the GGUF model (required)
   -a, --alias NAME     the model's id in the API (default: the file's name)
   --host HOST          address to listen on (default 127.0.0.1: this machine only)
   --port PORT          (default 8080; 0 picks a free port, printed in the "listening on" line)
-  -np, --parallel N    sequences generated at once (default 1, the only value until continuous batching)
+  -np, --parallel N    requests generated at once, batched together, each with its own KV cache of -c
+                       positions (default 1)
   --max-queue N        requests that may wait for a free slot; more get 503 (default 8)
   --api-key KEY        ask every request but /health for "Authorization: Bearer KEY"
   --api-key-file FILE  the same, with the key read from FILE's first line (keeps it out of the process list)
@@ -89,9 +91,9 @@ absl::StatusOr<ServeFlags> ParseServeFlags(std::span<const std::string> argv, bo
     }
   }
   if (f.model.empty()) return InvalidArgument("serve needs -m MODEL");
-  if (f.parallel > 1) {
-    return InvalidArgument("--parallel ", f.parallel, ": continuous batching is not implemented yet (the engine "
-                           "keeps one KV sequence); serve one sequence at a time with --parallel 1");
+  if (f.parallel > f.n_batch) {
+    return InvalidArgument("--parallel ", f.parallel, " is more than the batch size (-b ", f.n_batch,
+                           "): each step carries one token of every sequence");
   }
   if (!api_key_file.empty()) {
     if (!f.api_key.empty()) return InvalidArgument("--api-key and --api-key-file: give one of them");

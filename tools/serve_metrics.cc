@@ -84,6 +84,11 @@ std::string RenderPrometheus(const std::map<std::pair<std::string, int>, uint64_
   e.One("tandem_prompt_tokens_total", "counter", "Prompt tokens processed.",
         w.prompt_tokens_total);
   e.One("tandem_generated_tokens_total", "counter", "Tokens generated.", w.generated_tokens_total);
+  e.One("tandem_engine_steps_total", "counter", "Engine steps (forward passes over a batch) run.", w.steps_total);
+  e.One("tandem_step_sequences_total", "counter",
+        "Sequences the engine steps carried, summed (over tandem_engine_steps_total: the mean batch).",
+        w.step_sequences_total);
+  e.One("tandem_step_sequences_max", "gauge", "Most sequences one engine step carried.", w.step_sequences_max);
   if (w.last_prefill_tps) {
     e.One("tandem_last_prefill_tokens_per_second", "gauge", "Prompt tokens per second of the last request.",
           *w.last_prefill_tps);

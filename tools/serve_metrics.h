@@ -33,6 +33,10 @@ struct WorkerMetrics {
   int64_t kv_cells_total = 0; // context per slot, times the slots
   uint64_t prompt_tokens_total = 0;
   uint64_t generated_tokens_total = 0;
+  // Continuous batching: engine steps run, the sequences they carried (summed), and the most in one step.
+  uint64_t steps_total = 0;
+  uint64_t step_sequences_total = 0;
+  int step_sequences_max = 0;
   std::optional<double> last_prefill_tps;  // of the last request that had a prompt pass / decoded tokens
   std::optional<double> last_decode_tps;
   // Only when the plan uses an accelerator: the executor's VRAM peak (it allocates up front, so this is what is

@@ -1,21 +1,19 @@
 #include "tools/serve_slot.h"
 
-#include <chrono>
+#include <algorithm>
 #include <limits>
 #include <string>
 
 #include "core/status.h"
-#include "tools/serve_text.h"
 
 namespace tandem::serve {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+double Ms(std::chrono::steady_clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
 }  // namespace
 
-Slot::Slot(Engine& engine) : engine_(engine) {
+Slot::Slot(const Engine& engine, int seq) : engine_(engine), seq_(seq) {
   logits_.resize(static_cast<size_t>(engine.config().n_vocab));
   history_.reserve(static_cast<size_t>(engine.n_ctx()) + 1);
   for (int32_t id = 0; id < engine.config().n_vocab; ++id) {
@@ -23,78 +21,102 @@ Slot::Slot(Engine& engine) : engine_(engine) {
   }
 }
 
-GenerationOutcome Slot::Run(GenerationJob& job, const std::atomic<bool>& stopping, SlotTimings* timings) {
-  const GenerationParams& p = job.params();
+void Slot::Start(std::shared_ptr<GenerationJob> job) {
+  job_ = std::move(job);
+  const GenerationParams& p = job_->params();
   const Tokenizer& tok = engine_.tokenizer();
-  GenerationOutcome out;
-  out.usage.prompt_tokens = static_cast<int>(p.prompt.size());
-  *timings = SlotTimings{.prompt_tokens = out.usage.prompt_tokens};
-  if (p.prompt.empty() || static_cast<int64_t>(p.prompt.size()) > engine_.n_ctx()) {  // checked before queueing
-    out.status = InvalidArgument("the prompt has ", p.prompt.size(), " tokens; the context holds ", engine_.n_ctx());
-    return out;
-  }
-
-  const auto t0 = Clock::now();
-  kv_used_ = static_cast<int64_t>(p.prompt.size());
-  if (absl::Status st = engine_.Prefill(p.prompt, 0, false, logits_.data()); !st.ok()) {
-    kv_used_ = 0;
-    out.status = st;
-    return out;
-  }
-  const auto t_prefill = Clock::now();
-  timings->prefill_ms = Ms(t_prefill - t0);
-
-  history_.assign(p.prompt.begin(), p.prompt.end());  // within the capacity reserved: no allocation
-  Sampler sampler(p.sampling, static_cast<int>(logits_.size()));
-  CompletionText text(p.stops, static_cast<size_t>(p.max_tokens) * 8);
+  t_start_ = Clock::now();
+  timings_ = SlotTimings{.prompt_tokens = static_cast<int>(p.prompt.size())};
+  fed_ = 0;
+  generated_ = 0;
+  finish_ = FinishReason::kLength;
+  history_.assign(p.prompt.begin(), p.prompt.end());  // within the capacity reserved when it fits the context
+  sampler_.emplace(p.sampling, static_cast<int>(logits_.size()));
+  text_.emplace(p.stops, static_cast<size_t>(p.max_tokens) * 8);
   // Generating from BOS alone: SentencePiece's first piece carries the space the encoder would have prefixed.
-  const bool strip_leading_space = p.prompt.size() == 1 && p.prompt[0] == tok.bos_id() && tok.add_space_prefix();
-  Clock::time_point t_first = t_prefill;
-  out.finish = FinishReason::kLength;
-  int generated = 0;
-  for (int i = 0; i < p.max_tokens; ++i) {
-    if (job.cancelled() || stopping.load(std::memory_order_relaxed)) {
-      out.status = absl::CancelledError("the request was cancelled");
-      break;
-    }
-    if (p.ignore_eos) {
-      for (int32_t e : eog_ids_) logits_[e] = -std::numeric_limits<float>::infinity();
-    }
-    const int32_t id = sampler.Sample(logits_, history_);
-    if (i == 0) t_first = Clock::now();
-    ++generated;
-    history_.push_back(id);
-    if (tok.IsEog(id)) {
-      out.finish = FinishReason::kStop;
-      break;
-    }
-    std::string piece = tok.Piece(id);
-    if (i == 0 && strip_leading_space && !piece.empty() && piece[0] == ' ') piece.erase(0, 1);
-    const bool stopped = text.Append(piece);
-    job.Emit(text.TakeReady());
-    if (stopped) {
-      out.finish = FinishReason::kStop;
-      break;
-    }
-    if (i + 1 == p.max_tokens) break;
-    const int64_t pos = static_cast<int64_t>(history_.size()) - 1;
-    if (pos >= engine_.n_ctx()) break;  // the context is full: "length"
-    if (absl::Status st = engine_.executor().Forward(std::span<const int32_t>(&history_.back(), 1), pos, 1,
-                                                     logits_.data());
-        !st.ok()) {
-      out.status = st;
-      break;
-    }
-    kv_used_ = pos + 1;
+  strip_leading_space_ = p.prompt.size() == 1 && p.prompt[0] == tok.bos_id() && tok.add_space_prefix();
+  if (p.prompt.empty() || static_cast<int64_t>(p.prompt.size()) > engine_.n_ctx()) {  // checked before queueing
+    Finish(InvalidArgument("the prompt has ", p.prompt.size(), " tokens; the context holds ", engine_.n_ctx()));
   }
-  job.Emit(text.TakeReady(/*all=*/true));
-  const auto t_end = Clock::now();
+}
+
+std::span<const int32_t> Slot::NextInput(int64_t max_tokens, int64_t* pos0, bool* wants_logits) const {
+  if (job_ == nullptr || max_tokens < 1) return {};
+  const size_t prompt = job_->params().prompt.size();
+  *pos0 = static_cast<int64_t>(fed_);
+  if (fed_ < prompt) {
+    const size_t len = std::min<size_t>(static_cast<size_t>(max_tokens), prompt - fed_);
+    *wants_logits = fed_ + len == prompt;
+    return std::span<const int32_t>(history_).subspan(fed_, len);
+  }
+  *wants_logits = true;  // decoding: the token sampled last
+  return std::span<const int32_t>(history_).subspan(fed_, 1);
+}
+
+void Slot::Consumed(int64_t n) {
+  fed_ += static_cast<size_t>(n);
+  kv_used_ = static_cast<int64_t>(fed_);
+}
+
+bool Slot::OnLogits(std::span<const float> logits) {
+  const GenerationParams& p = job_->params();
+  const Tokenizer& tok = engine_.tokenizer();
+  if (generated_ >= p.max_tokens) {  // max_tokens 0: the prompt pass only
+    Finish(absl::OkStatus());
+    return true;
+  }
+  std::copy(logits.begin(), logits.end(), logits_.begin());
+  if (p.ignore_eos) {
+    for (int32_t e : eog_ids_) logits_[e] = -std::numeric_limits<float>::infinity();
+  }
+  const int32_t id = sampler_->Sample(logits_, history_);
+  if (generated_ == 0) {
+    t_first_ = Clock::now();
+    timings_.prefill_ms = Ms(t_first_ - t_start_);
+  }
+  ++generated_;
+  history_.push_back(id);
+  if (tok.IsEog(id)) {
+    finish_ = FinishReason::kStop;
+    Finish(absl::OkStatus());
+    return true;
+  }
+  std::string piece = tok.Piece(id);
+  if (generated_ == 1 && strip_leading_space_ && !piece.empty() && piece[0] == ' ') piece.erase(0, 1);
+  const bool stopped = text_->Append(piece);
+  job_->Emit(text_->TakeReady());
+  if (stopped) finish_ = FinishReason::kStop;
+  // Ends at a stop string, at max_tokens, or when the context is full ("length"): the sampled token would need
+  // position history_.size() - 1, past the last one.
+  if (stopped || generated_ >= p.max_tokens || static_cast<int64_t>(history_.size()) - 1 >= engine_.n_ctx()) {
+    Finish(absl::OkStatus());
+    return true;
+  }
+  return false;
+}
+
+void Slot::Abort(absl::Status status) {
+  if (job_ != nullptr) Finish(std::move(status));
+}
+
+void Slot::Finish(absl::Status status) {
+  job_->Emit(text_->TakeReady(/*all=*/true));
+  timings_.generated_tokens = generated_;
+  timings_.n_decoded = std::max(0, generated_ - 1);
+  timings_.decode_ms = generated_ > 0 ? Ms(Clock::now() - t_first_) : 0;
+  done_timings_ = timings_;
+  GenerationOutcome out{.status = std::move(status), .finish = finish_,
+                        .usage = {.prompt_tokens = timings_.prompt_tokens, .completion_tokens = generated_}};
+  std::shared_ptr<GenerationJob> job = std::move(job_);
+  job_ = nullptr;
   kv_used_ = 0;
-  out.usage.completion_tokens = generated;
-  timings->generated_tokens = generated;
-  timings->n_decoded = std::max(0, generated - 1);
-  timings->decode_ms = generated > 0 ? Ms(t_end - t_first) : 0;
-  return out;
+  job->Finish(std::move(out));
+}
+
+std::optional<SlotTimings> Slot::TakeTimings() {
+  std::optional<SlotTimings> t = std::move(done_timings_);
+  done_timings_.reset();
+  return t;
 }
 
 }  // namespace tandem::serve
