@@ -104,19 +104,18 @@ void Slot::Finish(absl::Status status) {
   timings_.generated_tokens = generated_;
   timings_.n_decoded = std::max(0, generated_ - 1);
   timings_.decode_ms = generated_ > 0 ? Ms(Clock::now() - t_first_) : 0;
-  done_timings_ = timings_;
-  GenerationOutcome out{.status = std::move(status), .finish = finish_,
-                        .usage = {.prompt_tokens = timings_.prompt_tokens, .completion_tokens = generated_}};
-  std::shared_ptr<GenerationJob> job = std::move(job_);
+  ended_ = SlotEnd{.job = std::move(job_),
+                   .outcome = {.status = std::move(status), .finish = finish_,
+                               .usage = {.prompt_tokens = timings_.prompt_tokens, .completion_tokens = generated_}},
+                   .timings = timings_};
   job_ = nullptr;
   kv_used_ = 0;
-  job->Finish(std::move(out));
 }
 
-std::optional<SlotTimings> Slot::TakeTimings() {
-  std::optional<SlotTimings> t = std::move(done_timings_);
-  done_timings_.reset();
-  return t;
+std::optional<SlotEnd> Slot::TakeEnd() {
+  std::optional<SlotEnd> end = std::move(ended_);
+  ended_.reset();
+  return end;
 }
 
 }  // namespace tandem::serve

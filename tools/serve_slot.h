@@ -28,6 +28,14 @@ struct SlotTimings {
   int64_t n_decoded = 0;  // tokens decoded after the first (which came from the prompt pass)
 };
 
+// A request that ended and whose client has not been told yet: the worker counts it in the metrics first, so that
+// a client reading /metrics after its reply finds its request there.
+struct SlotEnd {
+  std::shared_ptr<GenerationJob> job;
+  GenerationOutcome outcome;
+  SlotTimings timings;
+};
+
 class Slot {
  public:
   // Sizes the buffers for the engine's vocabulary and context once; `seq` is its KV sequence.
@@ -47,7 +55,7 @@ class Slot {
   // The step ran the `n` tokens NextInput offered (n may be fewer when the worker shortened the chunk).
   void Consumed(int64_t n);
   // The logits of the last row fed: samples the next token and emits the text it completes. Returns true when the
-  // request ended (it was finished and the slot is idle again).
+  // request ended (the slot is idle again and TakeEnd holds it).
   bool OnLogits(std::span<const float> logits);
   // Ends the running request with `status` (the client went away, the server stops, the step failed).
   void Abort(absl::Status status);
@@ -56,8 +64,8 @@ class Slot {
 
   // Positions of the KV cache the running request holds (0 when idle); read from other threads.
   int64_t kv_cells_used() const { return kv_used_.load(std::memory_order_relaxed); }
-  // The timings of the last request that ended, taken once.
-  std::optional<SlotTimings> TakeTimings();
+  // The request that ended last, taken once; its client hears of it when the taker calls job->Finish(outcome).
+  std::optional<SlotEnd> TakeEnd();
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -78,7 +86,7 @@ class Slot {
   FinishReason finish_ = FinishReason::kLength;
   Clock::time_point t_start_, t_first_;
   SlotTimings timings_;
-  std::optional<SlotTimings> done_timings_;
+  std::optional<SlotEnd> ended_;
   std::atomic<int64_t> kv_used_{0};
 };
 

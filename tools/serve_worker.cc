@@ -81,23 +81,28 @@ WorkerMetrics GenerationWorker::Metrics() const {
   return m;
 }
 
-void GenerationWorker::Ended(Slot& slot) {
-  const std::optional<SlotTimings> timings = slot.TakeTimings();
-  const std::lock_guard<std::mutex> lock(mu_);
-  --running_;
-  if (!timings) return;
-  const SlotTimings& t = *timings;
-  metrics_.prompt_tokens_total += static_cast<uint64_t>(t.prompt_tokens);
-  metrics_.generated_tokens_total += static_cast<uint64_t>(t.generated_tokens);
-  if (t.prompt_tokens > 0 && t.prefill_ms > 0) metrics_.last_prefill_tps = t.prompt_tokens / (t.prefill_ms / 1e3);
-  if (t.n_decoded > 0 && t.decode_ms > 0) metrics_.last_decode_tps = t.n_decoded / (t.decode_ms / 1e3);
-  // The executor's counters are read here, on the thread that runs it, never from an HTTP thread.
-  if (metrics_.vram_bytes) {
-    const ExecutorStats& s = engine_->executor().stats();
-    metrics_.vram_bytes = s.peak_vram_bytes;
-    metrics_.pcie_bytes_prefill = s.pcie_bytes_prefill;
-    metrics_.pcie_bytes_decode = s.pcie_bytes_decode;
+void GenerationWorker::Ended(Slot& slot, bool counted) {
+  std::optional<SlotEnd> end = slot.TakeEnd();
+  if (!end) return;
+  {
+    const std::lock_guard<std::mutex> lock(mu_);
+    --running_;
+    if (counted) {
+      const SlotTimings& t = end->timings;
+      metrics_.prompt_tokens_total += static_cast<uint64_t>(t.prompt_tokens);
+      metrics_.generated_tokens_total += static_cast<uint64_t>(t.generated_tokens);
+      if (t.prompt_tokens > 0 && t.prefill_ms > 0) metrics_.last_prefill_tps = t.prompt_tokens / (t.prefill_ms / 1e3);
+      if (t.n_decoded > 0 && t.decode_ms > 0) metrics_.last_decode_tps = t.n_decoded / (t.decode_ms / 1e3);
+    }
+    // The executor's counters are read here, on the thread that runs it, never from an HTTP thread.
+    if (metrics_.vram_bytes) {
+      const ExecutorStats& s = engine_->executor().stats();
+      metrics_.vram_bytes = s.peak_vram_bytes;
+      metrics_.pcie_bytes_prefill = s.pcie_bytes_prefill;
+      metrics_.pcie_bytes_decode = s.pcie_bytes_decode;
+    }
   }
+  end->job->Finish(std::move(end->outcome));
 }
 
 void GenerationWorker::Main(std::function<void()> on_load_done) {
@@ -147,6 +152,7 @@ void GenerationWorker::Main(std::function<void()> on_load_done) {
 
   for (;;) {
     std::vector<std::shared_ptr<GenerationJob>> gone;  // cancelled before they started
+    std::vector<Slot*> refused;                        // refused at the start (a prompt the context cannot hold)
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [this] { return stopping_ || draining_ || !queue_.empty() || running_ > 0; });
@@ -161,14 +167,15 @@ void GenerationWorker::Main(std::function<void()> on_load_done) {
           }
           ++running_;
           slot->Start(std::move(job));
-          if (slot->idle()) {  // refused at the start (a prompt the context cannot hold)
-            --running_;
-            (void)slot->TakeTimings();
+          if (slot->idle()) {
+            refused.push_back(slot.get());
+            break;  // told below, outside the lock; the slot takes a job again next round
           }
         }
       }
       metrics_.queue_depth = static_cast<int>(queue_.size());
     }
+    for (Slot* slot : refused) Ended(*slot, /*counted=*/false);
     for (const std::shared_ptr<GenerationJob>& job : gone) {
       job->Finish(GenerationOutcome{.status = absl::CancelledError("the client went away before the request started")});
     }

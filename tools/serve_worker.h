@@ -63,8 +63,9 @@ class GenerationWorker {
   void Main(std::function<void()> on_load_done);
   // One engine step over the active slots; false when every slot is idle.
   bool Step();
-  // A slot's request ended: its timings into the metrics, its place in the count of running jobs freed.
-  void Ended(Slot& slot);
+  // A slot's request ended: its timings into the metrics, its place in the count of running jobs freed, and only
+  // then its client told. `counted` is false for a request refused before it ran.
+  void Ended(Slot& slot, bool counted = true);
   void FinishLeftovers();
 
   const WorkerOptions opts_;
