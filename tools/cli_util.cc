@@ -97,6 +97,12 @@ absl::StatusOr<int64_t> ParseInt(std::string_view flag, std::string_view s) {
   return v;
 }
 
+absl::StatusOr<DType> ParseKvType(std::string_view s) {
+  if (s == "f16" || s == "F16") return DType::kF16;
+  if (s == "f32" || s == "F32") return DType::kF32;
+  return InvalidArgument("--kv-type must be f16 or f32, got '", s, "'");
+}
+
 absl::StatusOr<double> ParseFloat(std::string_view flag, std::string_view s) {
   double v;
   if (!absl::SimpleAtod(absl::string_view(s.data(), s.size()), &v) || !std::isfinite(v)) {

@@ -36,6 +36,8 @@ int Fail(const absl::Status& status);
 absl::StatusOr<uint64_t> ParseSize(std::string_view s);
 absl::StatusOr<int64_t> ParseInt(std::string_view flag, std::string_view s);
 absl::StatusOr<double> ParseFloat(std::string_view flag, std::string_view s);
+// --kv-type's value: f16 or f32 (either case).
+absl::StatusOr<DType> ParseKvType(std::string_view s);
 
 // Walks argv: Next() returns the current argument; Value(flag) consumes the value after a flag.
 class ArgReader {

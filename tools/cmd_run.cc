@@ -29,6 +29,7 @@
 #include "tools/placement_request.h"
 #include "tools/run_flags.h"
 #include "tools/run_report.h"
+#include "tools/sampling_flags.h"
 
 namespace tandem::cli {
 namespace {
@@ -92,7 +93,7 @@ int CmdRun(std::span<const std::string> argv) {
   absl::StatusOr<RunFlags> parsed = ParseRunFlags(argv, &help);
   if (!parsed.ok()) return Fail(parsed.status());
   if (help) {
-    std::printf("%s\n%s", kRunUsage, PlacementFlagsHelp());
+    std::printf("%s%s\n%s", kRunUsage, kSamplingHelp, PlacementFlagsHelp());
     return 0;
   }
   const RunFlags& f = *parsed;

@@ -6,6 +6,7 @@
 
 #include "core/status.h"
 #include "tools/cli_util.h"
+#include "tools/sampling_flags.h"
 
 namespace tandem::cli {
 
@@ -36,14 +37,6 @@ continuation (--no-display-prompt drops it); the summary goes to stderr, or ever
   -fa, --flash-attn [on|auto]   accepted: attention is always one fused kernel here ('off' is refused)
   --no-mmap, --mlock   refused with a reason: weights are always mapped, and locking is not offered
   -h, --help           this text
-sampling (llama.cpp's defaults):
-  --temp T             temperature (default 0.8; 0 is greedy, ties to the lowest id)
-  --top-k K            (default 40; 0 disables)      --top-p P   (default 0.95; 1 disables)
-  --min-p P            (default 0.05; 0 disables)
-  --repeat-penalty R   (default 1.0, off)            --repeat-last-n N   the penalties' window (default 64; 0 off, -1 the context)
-  --presence-penalty P (default 0, off)              --frequency-penalty F   (default 0, off): a token seen c times in
-                       the window loses c*F + P from its logit
-  -s, --seed N         (default -1: random; the seed used is in the summary and the JSON)
 )";
 
 std::string ProcessEscapes(std::string_view s) {
@@ -87,6 +80,8 @@ absl::StatusOr<RunFlags> ParseRunFlags(std::span<const std::string> argv, bool* 
     const std::string flag = args.Next();
     TANDEM_ASSIGN_OR_RETURN(bool placed, ParsePlacementFlag(flag, args, f.placement));
     if (placed) continue;
+    TANDEM_ASSIGN_OR_RETURN(bool sampled, ParseSamplingFlag(flag, args, f.sampling, &f.seed));
+    if (sampled) continue;
     auto int64_value = [&](int64_t lo, int64_t hi) -> absl::StatusOr<int64_t> {
       TANDEM_ASSIGN_OR_RETURN(std::string v, args.Value(flag));
       TANDEM_ASSIGN_OR_RETURN(int64_t n, ParseInt(flag, v));
@@ -96,12 +91,6 @@ absl::StatusOr<RunFlags> ParseRunFlags(std::span<const std::string> argv, bool* 
     auto int_value = [&](int lo, int hi) -> absl::StatusOr<int> {
       TANDEM_ASSIGN_OR_RETURN(const int64_t n, int64_value(lo, hi));
       return static_cast<int>(n);
-    };
-    auto float_value = [&](double lo, double hi) -> absl::StatusOr<float> {
-      TANDEM_ASSIGN_OR_RETURN(std::string v, args.Value(flag));
-      TANDEM_ASSIGN_OR_RETURN(double x, ParseFloat(flag, v));
-      if (x < lo || x > hi) return InvalidArgument(flag, " must be between ", lo, " and ", hi, ", got ", v);
-      return static_cast<float>(x);
     };
     if (flag == "--help" || flag == "-h") {
       *help = true;
@@ -131,25 +120,6 @@ absl::StatusOr<RunFlags> ParseRunFlags(std::span<const std::string> argv, bool* 
       TANDEM_ASSIGN_OR_RETURN(f.n_ctx, int_value(1, 1 << 24));
     } else if (flag == "-b" || flag == "--batch-size") {
       TANDEM_ASSIGN_OR_RETURN(f.n_batch, int_value(1, 1 << 16));
-    } else if (flag == "--temp") {
-      TANDEM_ASSIGN_OR_RETURN(f.sampling.temp, float_value(0, 100));
-    } else if (flag == "--top-k") {
-      TANDEM_ASSIGN_OR_RETURN(f.sampling.top_k, int_value(0, 1 << 24));
-    } else if (flag == "--top-p") {
-      TANDEM_ASSIGN_OR_RETURN(f.sampling.top_p, float_value(0, 1));
-    } else if (flag == "--min-p") {
-      TANDEM_ASSIGN_OR_RETURN(f.sampling.min_p, float_value(0, 1));
-    } else if (flag == "--repeat-penalty") {
-      TANDEM_ASSIGN_OR_RETURN(f.sampling.repeat_penalty, float_value(0, 100));
-    } else if (flag == "--presence-penalty") {
-      TANDEM_ASSIGN_OR_RETURN(f.sampling.presence_penalty, float_value(-100, 100));
-    } else if (flag == "--frequency-penalty") {
-      TANDEM_ASSIGN_OR_RETURN(f.sampling.frequency_penalty, float_value(-100, 100));
-    } else if (flag == "--repeat-last-n") {
-      TANDEM_ASSIGN_OR_RETURN(f.sampling.repeat_last_n, int_value(-1, 1 << 24));  // -1: the whole history
-    } else if (flag == "-s" || flag == "--seed") {
-      TANDEM_ASSIGN_OR_RETURN(const int64_t s, int64_value(-1, int64_t{0xFFFFFFFF}));
-      f.seed = s < 0 ? std::nullopt : std::optional<uint64_t>(static_cast<uint64_t>(s));
     } else if (flag == "-e" || flag == "--escape") {
       escape = true;
     } else if (flag == "--no-escape") {
@@ -185,13 +155,7 @@ absl::StatusOr<RunFlags> ParseRunFlags(std::span<const std::string> argv, bool* 
       f.routing_append = true;
     } else if (flag == "--kv-type") {
       TANDEM_ASSIGN_OR_RETURN(std::string v, args.Value(flag));
-      if (v == "f16" || v == "F16") {
-        f.kv_type = DType::kF16;
-      } else if (v == "f32" || v == "F32") {
-        f.kv_type = DType::kF32;
-      } else {
-        return InvalidArgument("--kv-type must be f16 or f32, got '", v, "'");
-      }
+      TANDEM_ASSIGN_OR_RETURN(f.kv_type, ParseKvType(v));
     } else {
       return InvalidArgument("unknown flag '", flag, "' for run (see tandem run --help)");
     }

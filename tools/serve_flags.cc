@@ -79,13 +79,7 @@ absl::StatusOr<ServeFlags> ParseServeFlags(std::span<const std::string> argv, bo
       TANDEM_ASSIGN_OR_RETURN(f.n_threads, int_value(1, 1 << 16));
     } else if (flag == "--kv-type") {
       TANDEM_ASSIGN_OR_RETURN(std::string v, args.Value(flag));
-      if (v == "f16" || v == "F16") {
-        f.kv_type = DType::kF16;
-      } else if (v == "f32" || v == "F32") {
-        f.kv_type = DType::kF32;
-      } else {
-        return InvalidArgument("--kv-type must be f16 or f32, got '", v, "'");
-      }
+      TANDEM_ASSIGN_OR_RETURN(f.kv_type, ParseKvType(v));
     } else {
       return InvalidArgument("unknown flag '", flag, "' for serve (see tandem serve --help)");
     }
