@@ -283,4 +283,10 @@ void ChatTemplate::ProbeCaps() {
   }
 }
 
+std::vector<int32_t> EncodeRenderedChat(const Tokenizer& tok, std::string_view text) {
+  std::vector<int32_t> ids = tok.Encode(text, TokenizeOptions{.add_bos = true, .parse_special = true});
+  if (ids.size() >= 2 && ids[0] == tok.bos_id() && ids[1] == tok.bos_id()) ids.erase(ids.begin());
+  return ids;
+}
+
 }  // namespace tandem

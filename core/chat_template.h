@@ -92,4 +92,8 @@ class ChatTemplate {
   Caps caps_;
 };
 
+// A rendered prompt's tokens: special-token text ("<|im_start|>") is the token, and the tokenizer's BOS comes
+// first only when the template did not write bos_token itself (it would be a second one).
+std::vector<int32_t> EncodeRenderedChat(const Tokenizer& tok, std::string_view text);
+
 }  // namespace tandem

@@ -15,6 +15,7 @@ int CmdSynth(std::span<const std::string> args);
 int CmdCalibrate(std::span<const std::string> args);
 int CmdSweep(std::span<const std::string> args);
 int CmdServe(std::span<const std::string> args);
+int CmdChat(std::span<const std::string> args);
 int CmdQuantize(std::span<const std::string> args);
 
 }  // namespace tandem::cli

@@ -25,6 +25,7 @@ commands:
   quantize   write a GGUF in another llama.cpp file type (Q4_K_M, Q8_0, ...), as llama-quantize does
   calibrate  measure this machine for the cost model
   serve      serve the OpenAI API over HTTP (/v1/completions, /v1/chat/completions, /health, /metrics)
+  chat       a conversation in the terminal, with the model's chat template
 
   tandem <command> --help   shows the options of a command (or tandem help <command>)
   tandem --version
@@ -41,6 +42,7 @@ int Dispatch(std::string_view cmd, std::span<const std::string> args) {
   if (cmd == "calibrate") return CmdCalibrate(args);
   if (cmd == "sweep") return CmdSweep(args);
   if (cmd == "serve") return CmdServe(args);
+  if (cmd == "chat") return CmdChat(args);
   if (cmd == "quantize") return CmdQuantize(args);
   return Fail("unknown command '" + std::string(cmd) + "' (see tandem --help)");
 }

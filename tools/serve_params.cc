@@ -29,11 +29,7 @@ std::optional<ApiError> ResolveRequest(const CompletionRequest& cr, const Served
       }
       return ServerError(500, Message(text.status()));
     }
-    p->prompt = tok.Encode(*text, TokenizeOptions{.add_bos = true, .parse_special = true});
-    // A template that writes bos_token itself: the tokenizer's own BOS would be a second one.
-    if (p->prompt.size() >= 2 && p->prompt[0] == tok.bos_id() && p->prompt[1] == tok.bos_id()) {
-      p->prompt.erase(p->prompt.begin());
-    }
+    p->prompt = EncodeRenderedChat(tok, *text);
   } else if (cr.prompt_is_tokens) {
     for (int32_t id : cr.prompt_tokens) {
       if (id >= tok.n_vocab()) {

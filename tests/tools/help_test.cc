@@ -35,7 +35,9 @@ TEST(Help, EveryCommandNamesEveryFlagItParses) {
       {"plan", "tools/cmd_plan.cc"},         {"calibrate", "tools/cmd_calibrate.cc"},
       {"synth", "tools/cmd_synth.cc"},       {"sweep", "tools/cmd_sweep.cc"},
       {"tokenize", "tools/cmd_tokenize.cc"}, {"inspect", "tools/cmd_inspect.cc"},
-      {"quantize", "tools/cmd_quantize.cc"}, {"serve", "tools/serve_flags.cc"}};
+      {"quantize", "tools/cmd_quantize.cc"}, {"serve", "tools/serve_flags.cc"},
+      {"chat", "tools/chat_flags.cc"},       {"run", "tools/sampling_flags.cc"},
+      {"chat", "tools/sampling_flags.cc"}};
   for (const auto& [command, source] : commands) {
     SCOPED_TRACE(command);
     const std::set<std::string> flags = ParsedFlags(SourceFile(source));
