@@ -35,12 +35,6 @@ absl::StatusOr<ChatFlags> ParseChatFlags(std::span<const std::string> argv, bool
     if (placed) continue;
     TANDEM_ASSIGN_OR_RETURN(bool sampled, ParseSamplingFlag(flag, args, f.sampling, &f.seed));
     if (sampled) continue;
-    auto int_value = [&](int64_t lo, int64_t hi) -> absl::StatusOr<int> {
-      TANDEM_ASSIGN_OR_RETURN(std::string v, args.Value(flag));
-      TANDEM_ASSIGN_OR_RETURN(int64_t n, ParseInt(flag, v));
-      if (n < lo || n > hi) return InvalidArgument(flag, " must be between ", lo, " and ", hi, ", got ", n);
-      return static_cast<int>(n);
-    };
     if (flag == "--help" || flag == "-h") {
       *help = true;
       return f;
@@ -52,13 +46,13 @@ absl::StatusOr<ChatFlags> ParseChatFlags(std::span<const std::string> argv, bool
     } else if (flag == "-sys" || flag == "--system-prompt") {
       TANDEM_ASSIGN_OR_RETURN(f.system_prompt, args.Value(flag));
     } else if (flag == "-n" || flag == "--n-predict") {
-      TANDEM_ASSIGN_OR_RETURN(f.n_predict, int_value(-1, 1 << 24));
+      TANDEM_ASSIGN_OR_RETURN(f.n_predict, args.IntValue(flag, -1, 1 << 24));
     } else if (flag == "-t" || flag == "--threads") {
-      TANDEM_ASSIGN_OR_RETURN(f.n_threads, int_value(1, 4096));
+      TANDEM_ASSIGN_OR_RETURN(f.n_threads, args.IntValue(flag, 1, 4096));
     } else if (flag == "-c" || flag == "--ctx-size") {
-      TANDEM_ASSIGN_OR_RETURN(f.n_ctx, int_value(1, 1 << 24));
+      TANDEM_ASSIGN_OR_RETURN(f.n_ctx, args.IntValue(flag, 1, 1 << 24));
     } else if (flag == "-b" || flag == "--batch-size") {
-      TANDEM_ASSIGN_OR_RETURN(f.n_batch, int_value(1, 1 << 16));
+      TANDEM_ASSIGN_OR_RETURN(f.n_batch, args.IntValue(flag, 1, 1 << 16));
     } else if (flag == "--ignore-eos") {
       f.ignore_eos = true;
     } else if (flag == "--kv-type") {

@@ -1,5 +1,6 @@
 #include "tools/cli_util.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -114,6 +115,31 @@ absl::StatusOr<double> ParseFloat(std::string_view flag, std::string_view s) {
 absl::StatusOr<std::string> ArgReader::Value(std::string_view flag) {
   if (i_ >= args_.size()) return absl::InvalidArgumentError(Cat(flag, " needs a value"));
   return args_[i_++];
+}
+
+absl::StatusOr<int64_t> ArgReader::Int64Value(std::string_view flag, int64_t lo, int64_t hi) {
+  TANDEM_ASSIGN_OR_RETURN(std::string v, Value(flag));
+  TANDEM_ASSIGN_OR_RETURN(int64_t n, ParseInt(flag, v));
+  if (n < lo || n > hi) return InvalidArgument(flag, " must be between ", lo, " and ", hi, ", got ", n);
+  return n;
+}
+
+absl::StatusOr<int> ArgReader::IntValue(std::string_view flag, int lo, int hi) {
+  TANDEM_ASSIGN_OR_RETURN(int64_t n, Int64Value(flag, lo, hi));
+  return static_cast<int>(n);
+}
+
+absl::StatusOr<float> ArgReader::FloatValue(std::string_view flag, double lo, double hi) {
+  TANDEM_ASSIGN_OR_RETURN(std::string v, Value(flag));
+  TANDEM_ASSIGN_OR_RETURN(double x, ParseFloat(flag, v));
+  if (x < lo || x > hi) return InvalidArgument(flag, " must be between ", lo, " and ", hi, ", got ", v);
+  return static_cast<float>(x);
+}
+
+uint64_t PeakRssBytes() {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<uint64_t>(ru.ru_maxrss) * 1024;  // Linux reports KiB
 }
 
 std::string DefaultModelPath() {

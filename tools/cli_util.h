@@ -47,10 +47,17 @@ class ArgReader {
   const std::string& Next() { return args_[i_++]; }
   const std::string* Peek() const { return Done() ? nullptr : &args_[i_]; }  // the next argument, not consumed
   absl::StatusOr<std::string> Value(std::string_view flag);  // error if missing
+  // The value as a number in [lo, hi]; out of range is an error naming the flag and the range.
+  absl::StatusOr<int64_t> Int64Value(std::string_view flag, int64_t lo, int64_t hi);
+  absl::StatusOr<int> IntValue(std::string_view flag, int lo, int hi);
+  absl::StatusOr<float> FloatValue(std::string_view flag, double lo, double hi);
  private:
   std::span<const std::string> args_;
   size_t i_ = 0;
 };
+
+// The peak resident memory of this process so far (getrusage), in bytes.
+uint64_t PeakRssBytes();
 
 // The bundled default model: <source>/models/stories260K.gguf, or next to the binary's ../models.
 std::string DefaultModelPath();

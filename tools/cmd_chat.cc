@@ -1,6 +1,5 @@
 // tandem chat: a conversation in the terminal. Flags per spec/cli.md.
 #include <signal.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -62,12 +61,6 @@ std::optional<std::string> ReadMessage(bool show_prompt) {
     std::free(line);
     return msg;
   }
-}
-
-uint64_t PeakRssBytes() {
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
-  return static_cast<uint64_t>(ru.ru_maxrss) * 1024;  // Linux reports KiB
 }
 
 }  // namespace

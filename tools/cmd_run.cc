@@ -34,12 +34,6 @@
 namespace tandem::cli {
 namespace {
 
-uint64_t PeakRssBytes() {
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
-  return static_cast<uint64_t>(ru.ru_maxrss) * 1024;  // Linux reports KiB
-}
-
 double Ms(std::chrono::steady_clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
 // Ctrl-C: the first stops generation at the next token (the summary still prints); a second exits at once.

@@ -82,16 +82,6 @@ absl::StatusOr<RunFlags> ParseRunFlags(std::span<const std::string> argv, bool* 
     if (placed) continue;
     TANDEM_ASSIGN_OR_RETURN(bool sampled, ParseSamplingFlag(flag, args, f.sampling, &f.seed));
     if (sampled) continue;
-    auto int64_value = [&](int64_t lo, int64_t hi) -> absl::StatusOr<int64_t> {
-      TANDEM_ASSIGN_OR_RETURN(std::string v, args.Value(flag));
-      TANDEM_ASSIGN_OR_RETURN(int64_t n, ParseInt(flag, v));
-      if (n < lo || n > hi) return InvalidArgument(flag, " must be between ", lo, " and ", hi, ", got ", n);
-      return n;
-    };
-    auto int_value = [&](int lo, int hi) -> absl::StatusOr<int> {
-      TANDEM_ASSIGN_OR_RETURN(const int64_t n, int64_value(lo, hi));
-      return static_cast<int>(n);
-    };
     if (flag == "--help" || flag == "-h") {
       *help = true;
       return f;
@@ -113,13 +103,13 @@ absl::StatusOr<RunFlags> ParseRunFlags(std::span<const std::string> argv, bool* 
       f.prompt = ss.str();
       have_prompt = true;
     } else if (flag == "-n" || flag == "--n-predict") {
-      TANDEM_ASSIGN_OR_RETURN(f.n_predict, int_value(0, 1 << 24));
+      TANDEM_ASSIGN_OR_RETURN(f.n_predict, args.IntValue(flag, 0, 1 << 24));
     } else if (flag == "-t" || flag == "--threads") {
-      TANDEM_ASSIGN_OR_RETURN(f.n_threads, int_value(1, 4096));
+      TANDEM_ASSIGN_OR_RETURN(f.n_threads, args.IntValue(flag, 1, 4096));
     } else if (flag == "-c" || flag == "--ctx-size") {
-      TANDEM_ASSIGN_OR_RETURN(f.n_ctx, int_value(1, 1 << 24));
+      TANDEM_ASSIGN_OR_RETURN(f.n_ctx, args.IntValue(flag, 1, 1 << 24));
     } else if (flag == "-b" || flag == "--batch-size") {
-      TANDEM_ASSIGN_OR_RETURN(f.n_batch, int_value(1, 1 << 16));
+      TANDEM_ASSIGN_OR_RETURN(f.n_batch, args.IntValue(flag, 1, 1 << 16));
     } else if (flag == "-e" || flag == "--escape") {
       escape = true;
     } else if (flag == "--no-escape") {

@@ -16,38 +16,24 @@ const char* const kSamplingHelp = R"(sampling (llama.cpp's defaults):
 
 absl::StatusOr<bool> ParseSamplingFlag(const std::string& flag, ArgReader& args, SamplerOptions& sampling,
                                        std::optional<uint64_t>* seed) {
-  auto int64_value = [&](int64_t lo, int64_t hi) -> absl::StatusOr<int64_t> {
-    TANDEM_ASSIGN_OR_RETURN(std::string v, args.Value(flag));
-    TANDEM_ASSIGN_OR_RETURN(int64_t n, ParseInt(flag, v));
-    if (n < lo || n > hi) return InvalidArgument(flag, " must be between ", lo, " and ", hi, ", got ", n);
-    return n;
-  };
-  auto float_value = [&](double lo, double hi) -> absl::StatusOr<float> {
-    TANDEM_ASSIGN_OR_RETURN(std::string v, args.Value(flag));
-    TANDEM_ASSIGN_OR_RETURN(double x, ParseFloat(flag, v));
-    if (x < lo || x > hi) return InvalidArgument(flag, " must be between ", lo, " and ", hi, ", got ", v);
-    return static_cast<float>(x);
-  };
   if (flag == "--temp") {
-    TANDEM_ASSIGN_OR_RETURN(sampling.temp, float_value(0, 100));
+    TANDEM_ASSIGN_OR_RETURN(sampling.temp, args.FloatValue(flag, 0, 100));
   } else if (flag == "--top-k") {
-    TANDEM_ASSIGN_OR_RETURN(const int64_t k, int64_value(0, 1 << 24));
-    sampling.top_k = static_cast<int>(k);
+    TANDEM_ASSIGN_OR_RETURN(sampling.top_k, args.IntValue(flag, 0, 1 << 24));
   } else if (flag == "--top-p") {
-    TANDEM_ASSIGN_OR_RETURN(sampling.top_p, float_value(0, 1));
+    TANDEM_ASSIGN_OR_RETURN(sampling.top_p, args.FloatValue(flag, 0, 1));
   } else if (flag == "--min-p") {
-    TANDEM_ASSIGN_OR_RETURN(sampling.min_p, float_value(0, 1));
+    TANDEM_ASSIGN_OR_RETURN(sampling.min_p, args.FloatValue(flag, 0, 1));
   } else if (flag == "--repeat-penalty") {
-    TANDEM_ASSIGN_OR_RETURN(sampling.repeat_penalty, float_value(0, 100));
+    TANDEM_ASSIGN_OR_RETURN(sampling.repeat_penalty, args.FloatValue(flag, 0, 100));
   } else if (flag == "--presence-penalty") {
-    TANDEM_ASSIGN_OR_RETURN(sampling.presence_penalty, float_value(-100, 100));
+    TANDEM_ASSIGN_OR_RETURN(sampling.presence_penalty, args.FloatValue(flag, -100, 100));
   } else if (flag == "--frequency-penalty") {
-    TANDEM_ASSIGN_OR_RETURN(sampling.frequency_penalty, float_value(-100, 100));
+    TANDEM_ASSIGN_OR_RETURN(sampling.frequency_penalty, args.FloatValue(flag, -100, 100));
   } else if (flag == "--repeat-last-n") {
-    TANDEM_ASSIGN_OR_RETURN(const int64_t n, int64_value(-1, 1 << 24));  // -1: the whole history
-    sampling.repeat_last_n = static_cast<int>(n);
+    TANDEM_ASSIGN_OR_RETURN(sampling.repeat_last_n, args.IntValue(flag, -1, 1 << 24));  // -1: the whole history
   } else if (flag == "-s" || flag == "--seed") {
-    TANDEM_ASSIGN_OR_RETURN(const int64_t s, int64_value(-1, int64_t{0xFFFFFFFF}));
+    TANDEM_ASSIGN_OR_RETURN(const int64_t s, args.Int64Value(flag, -1, int64_t{0xFFFFFFFF}));
     *seed = s < 0 ? std::nullopt : std::optional<uint64_t>(static_cast<uint64_t>(s));
   } else {
     return false;

@@ -39,12 +39,6 @@ absl::StatusOr<ServeFlags> ParseServeFlags(std::span<const std::string> argv, bo
     const std::string flag = args.Next();
     TANDEM_ASSIGN_OR_RETURN(bool placed, ParsePlacementFlag(flag, args, f.placement));
     if (placed) continue;
-    auto int_value = [&](int64_t lo, int64_t hi) -> absl::StatusOr<int> {
-      TANDEM_ASSIGN_OR_RETURN(std::string v, args.Value(flag));
-      TANDEM_ASSIGN_OR_RETURN(int64_t n, ParseInt(flag, v));
-      if (n < lo || n > hi) return InvalidArgument(flag, " must be between ", lo, " and ", hi, ", got ", n);
-      return static_cast<int>(n);
-    };
     if (flag == "--help" || flag == "-h") {
       *help = true;
       return f;
@@ -55,11 +49,11 @@ absl::StatusOr<ServeFlags> ParseServeFlags(std::span<const std::string> argv, bo
     } else if (flag == "--host") {
       TANDEM_ASSIGN_OR_RETURN(f.host, args.Value(flag));
     } else if (flag == "--port") {
-      TANDEM_ASSIGN_OR_RETURN(f.port, int_value(0, 65535));
+      TANDEM_ASSIGN_OR_RETURN(f.port, args.IntValue(flag, 0, 65535));
     } else if (flag == "-np" || flag == "--parallel") {
-      TANDEM_ASSIGN_OR_RETURN(f.parallel, int_value(1, 4096));
+      TANDEM_ASSIGN_OR_RETURN(f.parallel, args.IntValue(flag, 1, 4096));
     } else if (flag == "--max-queue") {
-      TANDEM_ASSIGN_OR_RETURN(f.max_queue, int_value(0, 4096));
+      TANDEM_ASSIGN_OR_RETURN(f.max_queue, args.IntValue(flag, 0, 4096));
     } else if (flag == "--api-key") {
       TANDEM_ASSIGN_OR_RETURN(f.api_key, args.Value(flag));
       if (f.api_key.empty()) return InvalidArgument("--api-key needs a non-empty key");
@@ -72,11 +66,11 @@ absl::StatusOr<ServeFlags> ParseServeFlags(std::span<const std::string> argv, bo
       TANDEM_ASSIGN_OR_RETURN(f.max_body_bytes, ParseSize(v));
       if (f.max_body_bytes == 0) return InvalidArgument("--max-body must be more than 0 bytes");
     } else if (flag == "-c" || flag == "--ctx-size") {
-      TANDEM_ASSIGN_OR_RETURN(f.n_ctx, int_value(0, 1 << 24));
+      TANDEM_ASSIGN_OR_RETURN(f.n_ctx, args.IntValue(flag, 0, 1 << 24));
     } else if (flag == "-b" || flag == "--batch-size") {
-      TANDEM_ASSIGN_OR_RETURN(f.n_batch, int_value(1, 1 << 16));
+      TANDEM_ASSIGN_OR_RETURN(f.n_batch, args.IntValue(flag, 1, 1 << 16));
     } else if (flag == "-t" || flag == "--threads") {
-      TANDEM_ASSIGN_OR_RETURN(f.n_threads, int_value(1, 1 << 16));
+      TANDEM_ASSIGN_OR_RETURN(f.n_threads, args.IntValue(flag, 1, 1 << 16));
     } else if (flag == "--kv-type") {
       TANDEM_ASSIGN_OR_RETURN(std::string v, args.Value(flag));
       TANDEM_ASSIGN_OR_RETURN(f.kv_type, ParseKvType(v));
