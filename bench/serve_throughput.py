@@ -8,8 +8,9 @@ N * max_tokens / the wall time from sending the first request to the last answer
 tokenized alike by both servers, but a synthetic file's filler vocabulary makes "Once upon a time" 26 tokens.
 llama-server's output parser refuses some continuations of random weights (a byte token that is not valid UTF-8
 ends the request with a 500, "does not match the expected Content-only format"), so with llama-server the
-second ids are the first from 1000 up whose greedy continuation it answers, found before the rounds start; both
-servers get the same prompts. The servers alternate, round after round,
+second ids are picked per concurrency, from 1000 up, by trial runs of llama-server with all N at once (a batch
+rounds otherwise than one sequence), and a timed run with a refused request is run again; both servers get the
+same prompts. The servers alternate, round after round,
 so that both meet the host's bandwidth swings alike (this is how docs/performance.md was measured):
 
   bench/serve_throughput.py --model mixtral-2l-q4_0.gguf --llama-server /path/llama.cpp/build/bin/llama-server
@@ -90,30 +91,36 @@ def stop(proc):
 
 
 def pick_prompts(args, n):
-    """The first n second ids from 1000 up whose greedy continuation llama-server answers."""
+    """n second ids, from 1000 up, whose greedy continuations llama-server answers when it decodes them together in
+    n slots (a batch rounds differently from one sequence, so each concurrency gets its own pick): a trial run of
+    all n at once, replacing each refused id with the next untried one, until a run goes through."""
     port = free_port()
-    proc = start("llama-server", args, 1, port)
-    ids = []
+    proc = start("llama-server", args, n, port)
+    ids = list(range(1000, 1000 + n))
+    next_id = 1000 + n
     try:
-        for cand in range(1000, 1000 + 50 * n):
-            try:
-                post(port, "/v1/completions", request(cand, args.tokens))
-                ids.append(cand)
-            except RuntimeError:
-                continue
-            if len(ids) == n:
+        post(port, "/v1/completions", request(ids[0], 8))  # warm-up
+        for _ in range(20):
+            _, failed = measure(port, ids, args.tokens)
+            if not failed:
                 return ids
+            for i in failed:
+                ids[i] = next_id
+                next_id += 1
     finally:
         stop(proc)
-    raise RuntimeError(f"llama-server answered only {len(ids)} of the prompts tried")
+    raise RuntimeError(f"no {n} prompts found that llama-server answers together")
 
 
 def measure(port, prompts, tokens):
-    """Sends one request per prompt, all at once; returns aggregate tok/s."""
+    """Sends one request per prompt, all at once; returns aggregate tok/s and the indices of refused requests."""
     n = len(prompts)
     results = [None] * n
     def one(i):
-        results[i] = post(port, "/v1/completions", request(prompts[i], tokens))
+        try:
+            results[i] = post(port, "/v1/completions", request(prompts[i], tokens))
+        except RuntimeError:
+            pass
     threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
     t0 = time.perf_counter()
     for t in threads:
@@ -121,13 +128,11 @@ def measure(port, prompts, tokens):
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
+    failed = [i for i, r in enumerate(results) if r is None]
     for r in results:
-        if r is None:
-            raise RuntimeError("a request failed")
-        got = r["usage"]["completion_tokens"]
-        if got != tokens:
-            raise RuntimeError(f"a request generated {got} tokens, not {tokens}")
-    return n * tokens / wall
+        if r is not None and r["usage"]["completion_tokens"] != tokens:
+            raise RuntimeError(f"a request generated {r['usage']['completion_tokens']} tokens, not {tokens}")
+    return n * tokens / wall, failed
 
 
 def main():
@@ -144,16 +149,24 @@ def main():
     servers = ["tandem"] + (["llama-server"] if args.llama_server else [])
     streams = [int(s) for s in args.streams.split(",")]
     rates = {(s, n): [] for s in servers for n in streams}
-    prompts = pick_prompts(args, max(streams)) if args.llama_server else [1000 + i for i in range(max(streams))]
-    print(f"prompts: [{BOS}, id] for id in {prompts}", flush=True)
+    prompts = {}
+    for n in streams:
+        prompts[n] = pick_prompts(args, n) if args.llama_server else list(range(1000, 1000 + n))
+        print(f"streams {n}: prompts [{BOS}, id] for id in {prompts[n]}", flush=True)
     for rnd in range(1, args.rounds + 1):
         for n in streams:
             for server in servers:
                 port = free_port()
                 proc = start(server, args, n, port)
                 try:
-                    post(port, "/v1/completions", request(prompts[0], 8))  # warm-up
-                    rate = measure(port, prompts[:n], args.tokens)
+                    post(port, "/v1/completions", request(prompts[n][0], 8))  # warm-up
+                    # A refused request (arrivals batched otherwise than in the pick) voids the run: run it again.
+                    for _ in range(3):
+                        rate, failed = measure(port, prompts[n], args.tokens)
+                        if not failed:
+                            break
+                    else:
+                        raise RuntimeError(f"{server} refused requests in 3 runs at {n} streams")
                 finally:
                     stop(proc)
                 rates[(server, n)].append(rate)
