@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "cpu_backend/repack.h"
+#include "cpu_backend/vec_dot.h"
 
 namespace tandem::cpu::internal {
 namespace {
@@ -92,8 +93,30 @@ inline __m512i DotNibbles(const __m512i q[8], const int8_t* xq, __m512i init) {
   return _mm512_add_epi32(lo, _mm512_srai_epi32(hi, 4));
 }
 
-template <bool kNibbles>
-constexpr int kBlock32Bytes = kNibbles ? 288 : 544;
+// MXFP4's nibbles as kMxfp4Lut's unsigned values, quants 4j.. in q[j] and 16 + 4j.. in q[j + 4], for DotBlock32:
+// a table shuffle a register, where Q4_0's high nibbles stay in place (MaskNibbles).
+inline void LookUpNibbles(const uint8_t* qs, __m512i q[8]) {
+  const __m512i low = _mm512_set1_epi8(0x0F);
+  const __m512i lut = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(kMxfp4Lut.v)));
+  for (int j = 0; j < 4; ++j) {
+    const __m512i v = _mm512_loadu_si512(qs + 64 * j);
+    q[j] = _mm512_shuffle_epi8(lut, _mm512_and_si512(v, low));
+    q[j + 4] = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), low));
+  }
+}
+
+// core's E8M0HalfToF32 for 16 rows' MXFP4 scale bytes: 2^(e - 128), the exponent field e - 1, or for e < 2 the
+// subnormals 2^-128 and 2^-127 (bit 21 shifted by e).
+inline __m512 E8M0Half16(const uint8_t* e8) {
+  const __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(e8)));
+  const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+  const __m512i subnormal = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+  return _mm512_castsi512_ps(_mm512_mask_blend_epi32(_mm512_cmplt_epi32_mask(e, _mm512_set1_epi32(2)), normal,
+                                                     subnormal));
+}
+
+template <DType kType>
+constexpr int kBlock32Bytes = static_cast<int>(Block32Bytes(kType));
 
 // Software prefetch, to L1, of the lines that hold [p, p + Bytes). Whole-model decode on the Intel host read 99 % of
 // the probe with it (Q4_0) against 87-89 % without; on Zen 4, 57-65 % against 88-90 % (docs/performance.md), so
@@ -106,37 +129,43 @@ inline void PrefetchLines(const uint8_t* p) {
 
 // One block of one group of 16 rows against NX tokens of a tile of capacity C, into acc[t]. A one-token step
 // prefetches the block `prefetch` bytes on (0: none).
-template <bool kNibbles, int NX, int C>
+template <DType kType, int NX, int C>
 inline void Block32Step(const uint8_t* blk, const uint8_t* unit, __m512 acc[NX], size_t prefetch) {
   using U = Unit<32, 1, C>;
   const U a{unit};
   if constexpr (C == 1) {
-    if (prefetch != 0) PrefetchLines<kBlock32Bytes<kNibbles>>(blk + prefetch);
+    if (prefetch != 0) PrefetchLines<kBlock32Bytes<kType>>(blk + prefetch);
   }
-  const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
+  const __m512 dw = kType == DType::kMXFP4
+                        ? E8M0Half16(blk)
+                        : _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
+  constexpr bool kMasked = kType == DType::kQ4_0;  // DotNibbles' registers
+  const uint8_t* qs = blk + Block32QuantsAt(kType);
   __m512i q[8];
-  if constexpr (kNibbles) {
-    MaskNibbles(blk + 32, q);
+  if constexpr (kMasked) {
+    MaskNibbles(qs, q);
+  } else if constexpr (kType == DType::kMXFP4) {
+    LookUpNibbles(qs, q);
   } else {
-    for (int i = 0; i < 8; ++i) q[i] = LoadWeights<C == 1>(blk + 32 + 64 * i);
+    for (int i = 0; i < 8; ++i) q[i] = LoadWeights<C == 1>(qs + 64 * i);
   }
 #pragma GCC unroll 16
   for (int t = 0; t < NX; ++t) {
     const __m512i init = _mm512_set1_epi32(*a.aux(t));
-    const __m512i s = kNibbles ? DotNibbles(q, a.qs(t), init) : DotBlock32<NX>(q, a.qs(t), init);
+    const __m512i s = kMasked ? DotNibbles(q, a.qs(t), init) : DotBlock32<NX>(q, a.qs(t), init);
     const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(a.d(t)));
     acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), scale, acc[t]);
   }
 }
 
 // NX tokens of a tile of capacity C against one group of 16 rows.
-template <bool kNibbles, int NX, int C>
+template <DType kType, int NX, int C>
 void Block32Kernel(const uint8_t* group, int64_t nb, const uint8_t* tile, float* y, size_t y_stride) {
   __m512 acc[NX];
 #pragma GCC unroll 16
   for (int t = 0; t < NX; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    Block32Step<kNibbles, NX, C>(group + b * kBlock32Bytes<kNibbles>, tile + b * Unit<32, 1, C>::kBytes, acc, 0);
+    Block32Step<kType, NX, C>(group + b * kBlock32Bytes<kType>, tile + b * Unit<32, 1, C>::kBytes, acc, 0);
   }
 #pragma GCC unroll 16
   for (int t = 0; t < NX; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
@@ -333,17 +362,14 @@ void ByTokens(const uint8_t* group, int64_t nb, const uint8_t* tile, int capacit
   ByTokensImpl<K>(std::make_integer_sequence<int, kPackedTokTile>(), group, nb, tile, n_x, y, y_stride);
 }
 
-template <int NX, int C>
-struct Q4_0Tile {
-  static void Run(const uint8_t* g, int64_t nb, const uint8_t* tile, float* y, size_t ys) {
-    Block32Kernel<true, NX, C>(g, nb, tile, y, ys);
-  }
-};
-template <int NX, int C>
-struct Q8_0Tile {
-  static void Run(const uint8_t* g, int64_t nb, const uint8_t* tile, float* y, size_t ys) {
-    Block32Kernel<false, NX, C>(g, nb, tile, y, ys);
-  }
+template <DType kType>
+struct Block32Tile {
+  template <int NX, int C>
+  struct Of {
+    static void Run(const uint8_t* g, int64_t nb, const uint8_t* tile, float* y, size_t ys) {
+      Block32Kernel<kType, NX, C>(g, nb, tile, y, ys);
+    }
+  };
 };
 template <DType kType>
 struct KTile {
@@ -378,13 +404,19 @@ PackedDecode KDecode() {
 PackedDecode Avx512PackedDecode(DType wtype) {
   switch (wtype) {
     case DType::kQ4_0:
-      return {.fn = DecodeStreams<4, 2, kBlock32Bytes<true>, Unit<32, 1, 1>::kBytes, Block32Step<true, 1, 1>>,
+      return {.fn = DecodeStreams<4, 2, kBlock32Bytes<DType::kQ4_0>, Unit<32, 1, 1>::kBytes,
+                                  Block32Step<DType::kQ4_0, 1, 1>>,
+              .streams = 4};
+    case DType::kMXFP4:
+      return {.fn = DecodeStreams<4, 2, kBlock32Bytes<DType::kMXFP4>, Unit<32, 1, 1>::kBytes,
+                                  Block32Step<DType::kMXFP4, 1, 1>>,
               .streams = 4};
     case DType::kQ4_K: return KDecode<DType::kQ4_K>();
     case DType::kQ5_K: return KDecode<DType::kQ5_K>();
     case DType::kQ6_K: return KDecode<DType::kQ6_K>();
     case DType::kQ8_0:
-      return {.fn = DecodeStreams<2, 4, kBlock32Bytes<false>, Unit<32, 1, 1>::kBytes, Block32Step<false, 1, 1>>,
+      return {.fn = DecodeStreams<2, 4, kBlock32Bytes<DType::kQ8_0>, Unit<32, 1, 1>::kBytes,
+                                  Block32Step<DType::kQ8_0, 1, 1>>,
               .streams = 2};
     default: return {};
   }
@@ -392,8 +424,9 @@ PackedDecode Avx512PackedDecode(DType wtype) {
 
 PackedKernelFn Avx512PackedKernel(DType wtype) {
   switch (wtype) {
-    case DType::kQ4_0: return ByTokens<Q4_0Tile>;
-    case DType::kQ8_0: return ByTokens<Q8_0Tile>;
+    case DType::kQ4_0: return ByTokens<Block32Tile<DType::kQ4_0>::Of>;
+    case DType::kQ8_0: return ByTokens<Block32Tile<DType::kQ8_0>::Of>;
+    case DType::kMXFP4: return ByTokens<Block32Tile<DType::kMXFP4>::Of>;
     case DType::kQ4_K: return ByTokens<KTile<DType::kQ4_K>::Of>;
     case DType::kQ5_K: return ByTokens<KTile<DType::kQ5_K>::Of>;
     case DType::kQ6_K: return ByTokens<KTile<DType::kQ6_K>::Of>;

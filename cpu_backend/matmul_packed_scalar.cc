@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "cpu_backend/repack.h"
+#include "cpu_backend/vec_dot.h"
 
 namespace tandem::cpu::internal {
 namespace {
@@ -19,18 +20,19 @@ struct TileView {
   }
 };
 
-// Q4_0 and Q8_0: per block, sum over k of the unsigned packed quant times the activation, from aux.
-template <bool kNibbles>
+// Q4_0, Q8_0 and MXFP4: per block, sum over k of the unsigned packed quant (MXFP4's through kMxfp4Lut) times the
+// activation, from aux.
+template <DType kType>
 void PackedBlock32(const uint8_t* group, int64_t nb, const uint8_t* tile, int capacity, int n_x, float* y,
                    size_t y_stride) {
-  const TileView a{tile, PackedActUnitOf(kNibbles ? DType::kQ4_0 : DType::kQ8_0, capacity)};
-  const size_t block_bytes = kNibbles ? 288 : 544;
+  constexpr bool kNibbles = kType != DType::kQ8_0;
+  const TileView a{tile, PackedActUnitOf(kType, capacity)};
+  const size_t block_bytes = Block32Bytes(kType);
   for (int t = 0; t < n_x; ++t) {
     float acc[kPackRows] = {};
     for (int64_t b = 0; b < nb; ++b) {
       const uint8_t* blk = group + b * block_bytes;
-      const auto* d = reinterpret_cast<const f16_t*>(blk);
-      const uint8_t* qs = blk + 32;
+      const uint8_t* qs = blk + Block32QuantsAt(kType);
       const int8_t* xq = a.qs(b, t);
       for (int r = 0; r < kPackRows; ++r) {
         int32_t sum = *a.aux(b, t);
@@ -39,12 +41,15 @@ void PackedBlock32(const uint8_t* group, int64_t nb, const uint8_t* tile, int ca
           if (kNibbles) {
             const uint8_t byte = qs[64 * ((k % 16) / 4) + 4 * r + k % 4];
             q = k < 16 ? (byte & 0xF) : (byte >> 4);
+            if constexpr (kType == DType::kMXFP4) q = kMxfp4Lut.v[q];
           } else {
             q = qs[64 * (k / 4) + 4 * r + k % 4];
           }
           sum += q * xq[k];
         }
-        acc[r] += static_cast<float>(sum) * (F16ToF32(d[r]) * a.d(b, t));
+        const float dw = kType == DType::kMXFP4 ? E8M0HalfToF32(blk[r])
+                                                : F16ToF32(reinterpret_cast<const f16_t*>(blk)[r]);
+        acc[r] += static_cast<float>(sum) * (dw * a.d(b, t));
       }
     }
     std::memcpy(y + t * y_stride, acc, sizeof(acc));
@@ -110,8 +115,9 @@ void PackedK(const uint8_t* group, int64_t nb, const uint8_t* tile, int capacity
 
 PackedKernelFn ScalarPackedKernel(DType wtype) {
   switch (wtype) {
-    case DType::kQ4_0: return PackedBlock32<true>;
-    case DType::kQ8_0: return PackedBlock32<false>;
+    case DType::kQ4_0: return PackedBlock32<DType::kQ4_0>;
+    case DType::kQ8_0: return PackedBlock32<DType::kQ8_0>;
+    case DType::kMXFP4: return PackedBlock32<DType::kMXFP4>;
     case DType::kQ4_K: return PackedK<DType::kQ4_K>;
     case DType::kQ5_K: return PackedK<DType::kQ5_K>;
     case DType::kQ6_K: return PackedK<DType::kQ6_K>;

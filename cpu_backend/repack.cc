@@ -16,8 +16,9 @@ namespace internal {
 
 size_t PackedBlockBytes(DType type) {
   switch (type) {
-    case DType::kQ4_0: return 32 + 256;
-    case DType::kQ8_0: return 32 + 512;
+    case DType::kQ4_0:
+    case DType::kQ8_0:
+    case DType::kMXFP4: return Block32Bytes(type);
     case DType::kQ4_K:
     case DType::kQ5_K:
     case DType::kQ6_K: return KBlockBytes(type);
@@ -34,6 +35,16 @@ void PackBlockQ4_0(const uint8_t* const* rows, uint8_t* out) {
   for (int r = 0; r < kPackRows; ++r) {
     const auto* b = reinterpret_cast<const BlockQ4_0*>(rows[r]);
     d[r] = b->d;
+    for (int j = 0; j < 4; ++j) std::memcpy(qs + 64 * j + 4 * r, b->qs + 4 * j, 4);
+  }
+}
+
+// MXFP4: Q4_0's nibble placement, after the rows' scale bytes.
+void PackBlockMXFP4(const uint8_t* const* rows, uint8_t* out) {
+  uint8_t* qs = out + 16;
+  for (int r = 0; r < kPackRows; ++r) {
+    const auto* b = reinterpret_cast<const BlockMXFP4*>(rows[r]);
+    out[r] = b->e;
     for (int j = 0; j < 4; ++j) std::memcpy(qs + 64 * j + 4 * r, b->qs + 4 * j, 4);
   }
 }
@@ -133,6 +144,7 @@ PackBlockFn PackBlockFor(DType type) {
   switch (type) {
     case DType::kQ4_0: return PackBlockQ4_0;
     case DType::kQ8_0: return PackBlockQ8_0;
+    case DType::kMXFP4: return PackBlockMXFP4;
     case DType::kQ4_K: return PackBlockQ45_K<BlockQ4_K>;
     case DType::kQ5_K: return PackBlockQ45_K<BlockQ5_K>;
     case DType::kQ6_K: return PackBlockQ6_K;
@@ -141,6 +153,13 @@ PackBlockFn PackBlockFor(DType type) {
 }
 
 }  // namespace
+
+int32_t Block32Offset(DType type) {
+  if (type == DType::kQ4_0) return 8;
+  if (type == DType::kQ8_0) return 128;
+  TANDEM_CHECK(type == DType::kMXFP4);
+  return kMxfp4Offset;
+}
 
 PackedActUnit PackedActUnitOf(DType wtype, int capacity) {
   TANDEM_CHECK(capacity == 1 || capacity == kPackedTokTile);
@@ -159,10 +178,10 @@ size_t PackedActTileBytes(DType wtype, int64_t n, int capacity) {
 
 void QuantizePackedAct(DType wtype, const float* x, int64_t n, uint8_t* tile, int capacity, int slot, Isa isa) {
   const PackedActUnit u = PackedActUnitOf(wtype, capacity);
-  if ((wtype == DType::kQ4_0 || wtype == DType::kQ8_0) && isa >= Isa::kAvx2) {
+  if (!IsPackedKQuant(wtype) && isa >= Isa::kAvx2) {
     // One pass over the row, writing each block's quants, scale and sum where the kernels read them; per block
     // through ConvertActivationRow, a one-token down projection's 448 blocks took about 10 us a thread.
-    Avx2QuantizeQ8_0Strided(x, n, wtype == DType::kQ4_0 ? 8 : 128,
+    Avx2QuantizeQ8_0Strided(x, n, Block32Offset(wtype),
                             Q8_0Strided{.qs = tile + slot * u.quants,
                                         .d = tile + u.d_offset + slot * sizeof(float),
                                         .aux = tile + u.aux_offset + slot * u.aux_bytes, .stride = u.bytes});
@@ -189,7 +208,6 @@ void QuantizePackedAct(DType wtype, const float* x, int64_t n, uint8_t* tile, in
       }
       continue;
     }
-    TANDEM_CHECK(wtype == DType::kQ4_0 || wtype == DType::kQ8_0);
     // One block through the vec_dot.h Q8_0 conversion: 32 quants, then the widened scale (and an unused s).
     struct {
       int8_t qs[32];
@@ -201,7 +219,7 @@ void QuantizePackedAct(DType wtype, const float* x, int64_t n, uint8_t* tile, in
     *d = blk.d;
     int sum = 0;
     for (int k = 0; k < 32; ++k) sum += blk.qs[k];
-    *aux = -(wtype == DType::kQ4_0 ? 8 : 128) * sum;
+    *aux = -Block32Offset(wtype) * sum;
   }
 }
 

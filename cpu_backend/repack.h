@@ -12,6 +12,9 @@
 //   Q8_0, per block of 32 (544 bytes, as 16 GGUF blocks):
 //     f16 d[16]
 //     u8  qs[8][16][4]          register j, row r, byte i = quant 4j + i + 128 (value = d * (qs - 128))
+//   MXFP4, per block of 32 (272 bytes, as 16 GGUF blocks):
+//     u8  e[16]                 the rows' E8M0 scales
+//     u8  qs[4][16][4]          as Q4_0's, each nibble an index into kMxfp4Values (value = 2^(e - 128) * kMxfp4Values[q])
 //   The K-quants, per super-block of 256: a 320-byte head of scales, then 8 chunks of 32 quants (chunk k: quants
 //   32k..32k+31) of 256 + 64 B bytes, B the bits of a quant above its low 4 (Q4_K 0, Q5_K 1, Q6_K 2):
 //     u8  qs[4][16][4]          register c, row r, byte i: low nibble = the low 4 bits of the chunk's quant
@@ -51,7 +54,7 @@ WeightMatrix Repack(const WeightMatrix& w, void* dst);
 
 namespace internal {
 
-// Bytes of one packed group's block (Q4_0, Q8_0: a block of 32; K-quants: a super-block of 256).
+// Bytes of one packed group's block (Q4_0, Q8_0, MXFP4: a block of 32; K-quants: a super-block of 256).
 size_t PackedBlockBytes(DType type);
 // The packed K-quant layout's shape (above): high bits a quant, the head's and a chunk's bytes.
 constexpr size_t kKHeadBytes = 320;
@@ -61,17 +64,24 @@ constexpr size_t KBlockBytes(DType type) { return kKHeadBytes + 8 * KChunkBytes(
 constexpr bool IsPackedKQuant(DType type) {
   return type == DType::kQ4_K || type == DType::kQ5_K || type == DType::kQ6_K;
 }
+// The blocks of 32 (Q4_0, Q8_0, MXFP4): a packed block's bytes, where its quants start (after the scales), and the
+// activations' offset (above).
+constexpr size_t Block32QuantsAt(DType type) { return type == DType::kMXFP4 ? 16 : 32; }
+constexpr size_t Block32Bytes(DType type) { return Block32QuantsAt(type) + (type == DType::kQ8_0 ? 512 : 256); }
+int32_t Block32Offset(DType type);
 
 // ---- Activations for the packed kernels ----
 // Tokens go in tiles of up to kPackedTokTile. A tile's capacity is kPackedTokTile, or 1 for a single token, whose
 // activations then stay compact enough for L1 while every row group passes over them. Within a tile the
-// activations are stored unit by unit (a unit is a block of 32 for Q4_0/Q8_0, a super-block of 256 for the
+// activations are stored unit by unit (a unit is a block of 32 for Q4_0/Q8_0/MXFP4, a super-block of 256 for the
 // K-quants), so every token of the tile sits at a fixed offset from the unit's start and the kernels need one
 // address register, not one per token. A unit holds
-//   int8  qs[capacity][Q]         the llama.cpp activation quants (Q8_0 for Q4_0/Q8_0 weights, Q8_K for K-quants)
+//   int8  qs[capacity][Q]         the llama.cpp activation quants (Q8_0 for Q4_0/Q8_0/MXFP4 weights, Q8_K for
+//                                 K-quants)
 //   float d[capacity]             their scale
-//   int32 aux[capacity][A]        Q4_0/Q8_0 (A = 1): -offset * sum(qs), offset 8 or 128, so that a dot product of
-//                                 the unsigned packed quants that starts from it lands on the signed result;
+//   int32 aux[capacity][A]        Q4_0/Q8_0/MXFP4 (A = 1): -offset * sum(qs), offset 8, 128 or kMxfp4Offset
+//                                 (Block32Offset), so that a dot product of the unsigned packed quants (MXFP4's
+//                                 through kMxfp4Lut) that starts from it lands on the signed result;
 //                                 Q4_K/Q5_K (A = 4): the 8 int16 sums of the unit's sub-blocks of 32;
 //                                 Q6_K (A = 16): -32 * the sum of each sub-block of 16, the same offset start
 // Slots past the tokens of a partial last tile are never read.

@@ -259,7 +259,7 @@ TEST_P(MatMulTest, DecodePrefetchChangesNoBit) {
   EXPECT_LT(Nmse(plain, p.ref), kTol.at(type));
 }
 
-// Packed weights (repack.h, the CPU backend's layout for Q4_0, Q8_0 and the K-quants Q4_K, Q5_K, Q6_K) give the
+// Packed weights (repack.h, the CPU backend's layout for Q4_0, Q8_0, MXFP4 and the K-quants Q4_K, Q5_K, Q6_K) give the
 // reference's products on every ISA: the VNNI kernels on AVX-512, the portable packed kernel below it. Same
 // operands and bounds as the GGUF layout; token counts straddle the 8-token tile. The outputs start poisoned.
 class PackedMatMulTest : public MatMulTest {};
@@ -444,8 +444,8 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, MatMulTest,
                                           testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512)),
                          TypeIsaName);
 INSTANTIATE_TEST_SUITE_P(PackedTypes, PackedMatMulTest,
-                         testing::Combine(testing::Values(DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ5_K,
-                                                          DType::kQ6_K),
+                         testing::Combine(testing::Values(DType::kQ4_0, DType::kQ8_0, DType::kMXFP4, DType::kQ4_K,
+                                                          DType::kQ5_K, DType::kQ6_K),
                                           testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512)),
                          TypeIsaName);
 
@@ -528,7 +528,7 @@ TEST(PackedActivations, SimdTileMatchesPortable) {
   if (DetectedIsa() < Isa::kAvx2) GTEST_SKIP() << "no SIMD conversion on this CPU";
   const int64_t n = 14336;  // Mixtral's n_ff: a one-token down projection's row
   const std::vector<float> x = AwkwardActivations(n, 5);
-  for (DType wtype : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K}) {
+  for (DType wtype : {DType::kQ4_0, DType::kQ8_0, DType::kMXFP4, DType::kQ4_K, DType::kQ6_K}) {
     for (int capacity : {1, internal::kPackedTokTile}) {
       for (int64_t len : {n, int64_t{256}}) {
         const int slot = capacity - 1;
@@ -627,9 +627,10 @@ TEST(MatMulHandBuilt, Q8_0Identity) {
 // the values), so y = sum over blocks of 2^(e - 128) * sum(kMxfp4Values[q] * x), exact in float on every ISA. Rows
 // of 4 blocks (one nibble-order group) and of 7 (a group and a 3-block tail, which the SIMD kernels walk one block
 // at a time); row 2's scales are the subnormals 2^-128 and 2^-127 (e = 0, 1), row 3's the largest used, 2^100.
+// 16 rows, one group of the packed layout (repack.h), which must give the same exact values.
 TEST(MatMulHandBuilt, Mxfp4Exact) {
   for (int64_t nb : {4, 7}) {
-    constexpr int64_t rows = 4, n_tok = 3;
+    constexpr int64_t rows = kPackRows, n_tok = 3;
     const int64_t cols = 32 * nb;
     std::vector<BlockMXFP4> w(static_cast<size_t>(rows * nb));
     std::vector<float> x(static_cast<size_t>(cols * n_tok));
@@ -657,13 +658,18 @@ TEST(MatMulHandBuilt, Mxfp4Exact) {
       }
     }
     const WeightMatrix m{DType::kMXFP4, w.data(), rows, cols, static_cast<size_t>(nb) * sizeof(BlockMXFP4)};
+    std::vector<uint8_t> packed(PackedBytes(m));
+    const WeightMatrix pm = Repack(m, packed.data());
     for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
       if (isa > DetectedIsa()) continue;
       SetIsa(isa);
-      const std::vector<float> y = RunMatMul(m, x, n_tok);
-      for (size_t i = 0; i < y.size(); ++i) {
-        ASSERT_EQ(static_cast<double>(y[i]), want[i]) << IsaName(isa) << " blocks " << nb << " output " << i;
-        ASSERT_NE(y[i], 0.0f) << "a row whose value happens to be 0 tests nothing";
+      for (const WeightMatrix* wm : {&m, &pm}) {
+        const std::vector<float> y = RunMatMul(*wm, x, n_tok);
+        for (size_t i = 0; i < y.size(); ++i) {
+          ASSERT_EQ(static_cast<double>(y[i]), want[i])
+              << IsaName(isa) << (IsPacked(*wm) ? " packed" : "") << " blocks " << nb << " output " << i;
+          ASSERT_NE(y[i], 0.0f) << "a row whose value happens to be 0 tests nothing";
+        }
       }
     }
     SetIsa(Isa::kAvx512);
@@ -672,7 +678,8 @@ TEST(MatMulHandBuilt, Mxfp4Exact) {
 
 // MXFP4 blocks of random bytes with every scale byte from 0 to 200 (subnormal 2^-128 up to 2^72), on every ISA,
 // against the reference: the scale arithmetic of each kernel over the whole exponent range the products stay
-// finite in. The outputs are dominated by their largest blocks, so the bound is that of the Gaussian grid.
+// finite in. The outputs are dominated by their largest blocks, so the bound is that of the Gaussian grid. The
+// packed layout (repack.h) on the first 64 rows, its whole groups, as well.
 TEST(MatMulMxfp4, EveryExponentMatchesReference) {
   const int64_t rows = 67, cols = 32 * 45, n_tok = 6;
   std::vector<BlockMXFP4> w(static_cast<size_t>(rows * cols / 32));
@@ -684,13 +691,21 @@ TEST(MatMulMxfp4, EveryExponentMatchesReference) {
   const WeightMatrix m{DType::kMXFP4, w.data(), rows, cols, static_cast<size_t>(cols / 32) * sizeof(BlockMXFP4)};
   const std::vector<float> x = RandomNormal(static_cast<size_t>(cols * n_tok), 40);
   const std::vector<float> ref = RunRef(m, x, n_tok);
+  WeightMatrix m64 = m;
+  m64.rows = 64;
+  const std::vector<float> ref64 = RunRef(m64, x, n_tok);
+  std::vector<uint8_t> packed(PackedBytes(m64));
+  const WeightMatrix pm = Repack(m64, packed.data());
   for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
     if (isa > DetectedIsa()) continue;
     SetIsa(isa);
     const std::vector<float> y = RunMatMul(m, x, n_tok);
     const double e = Nmse(y, ref);
-    std::printf("  MXFP4/%s, every exponent: NMSE vs reference %.3g\n", IsaName(isa).c_str(), e);
+    const double e_packed = Nmse(RunMatMul(pm, x, n_tok), ref64);
+    std::printf("  MXFP4/%s, every exponent: NMSE vs reference %.3g, packed %.3g\n", IsaName(isa).c_str(), e,
+                e_packed);
     EXPECT_LT(e, kTol.at(DType::kMXFP4)) << IsaName(isa);
+    EXPECT_LT(e_packed, kTol.at(DType::kMXFP4)) << IsaName(isa) << " packed";
   }
   SetIsa(Isa::kAvx512);
 }

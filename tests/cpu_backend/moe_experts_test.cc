@@ -1,6 +1,6 @@
 // MoeExperts through the CPU backend (runtime/ops.h's MoeExpertsArgs): every activation, with and without biases,
-// the routing weight on the output or the input, decode and prefill batches, Q4_0, Q8_0, MXFP4 (gpt-oss's experts,
-// which have no packed layout and stay GGUF rows) and F32 experts in the packed and the GGUF layout. Each result is
+// the routing weight on the output or the input, decode and prefill batches, Q4_0, Q8_0, MXFP4 (gpt-oss's experts)
+// and F32 experts (which have no packed layout and stay GGUF rows) in the packed and the GGUF layout. Each result is
 // held to the reference (cpu::MoeExpertsRef over the GGUF rows), and the batched path of packed experts to the
 // one-by-one path, bit for bit.
 #include <gtest/gtest.h>
@@ -25,8 +25,8 @@ namespace {
 using test::Poison;
 using test::RandomNormal;
 
-// The backend repacks the quantized experts of the grids, except MXFP4's, which it reads as GGUF rows.
-bool HasPackedLayout(DType t) { return t != DType::kF32 && t != DType::kMXFP4; }
+// The backend repacks the quantized experts of the grids; F32's it reads as GGUF rows.
+bool HasPackedLayout(DType t) { return t != DType::kF32; }
 
 using ExpertsCase = std::tuple<Repack, DType, Activation, bool /*biases*/, bool /*weight_input*/, int64_t /*n_tok*/>;
 
