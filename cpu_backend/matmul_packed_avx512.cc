@@ -363,20 +363,15 @@ void ByTokens(const uint8_t* group, int64_t nb, const uint8_t* tile, int capacit
 }
 
 template <DType kType>
-struct Block32Tile {
+struct Tile {
   template <int NX, int C>
   struct Of {
     static void Run(const uint8_t* g, int64_t nb, const uint8_t* tile, float* y, size_t ys) {
-      Block32Kernel<kType, NX, C>(g, nb, tile, y, ys);
-    }
-  };
-};
-template <DType kType>
-struct KTile {
-  template <int NX, int C>
-  struct Of {
-    static void Run(const uint8_t* g, int64_t nb, const uint8_t* tile, float* y, size_t ys) {
-      KKernel<kType, NX, C>(g, nb, tile, y, ys);
+      if constexpr (IsPackedKQuant(kType)) {
+        KKernel<kType, NX, C>(g, nb, tile, y, ys);
+      } else {
+        Block32Kernel<kType, NX, C>(g, nb, tile, y, ys);
+      }
     }
   };
 };
@@ -424,12 +419,12 @@ PackedDecode Avx512PackedDecode(DType wtype) {
 
 PackedKernelFn Avx512PackedKernel(DType wtype) {
   switch (wtype) {
-    case DType::kQ4_0: return ByTokens<Block32Tile<DType::kQ4_0>::Of>;
-    case DType::kQ8_0: return ByTokens<Block32Tile<DType::kQ8_0>::Of>;
-    case DType::kMXFP4: return ByTokens<Block32Tile<DType::kMXFP4>::Of>;
-    case DType::kQ4_K: return ByTokens<KTile<DType::kQ4_K>::Of>;
-    case DType::kQ5_K: return ByTokens<KTile<DType::kQ5_K>::Of>;
-    case DType::kQ6_K: return ByTokens<KTile<DType::kQ6_K>::Of>;
+    case DType::kQ4_0: return ByTokens<Tile<DType::kQ4_0>::Of>;
+    case DType::kQ8_0: return ByTokens<Tile<DType::kQ8_0>::Of>;
+    case DType::kMXFP4: return ByTokens<Tile<DType::kMXFP4>::Of>;
+    case DType::kQ4_K: return ByTokens<Tile<DType::kQ4_K>::Of>;
+    case DType::kQ5_K: return ByTokens<Tile<DType::kQ5_K>::Of>;
+    case DType::kQ6_K: return ByTokens<Tile<DType::kQ6_K>::Of>;
     default: return nullptr;
   }
 }
