@@ -392,8 +392,8 @@ PackedDecode KDecode() {
 // - Q4_K reads 2368 bytes a super-block: two runs, 84 % against 76 % with four; in paired runs 14 % ahead of four
 //   runs with shifted nibbles and 256-bit loads. Q5_K and Q6_K (2880 and 3392 bytes) take Q4_K's two runs, not
 //   tuned apart: their one-matrix products read about what Q4_K's do (matmul_bench, 2026-12-01).
-// - MXFP4 reads 272 bytes a block: Q4_0's four runs of two blocks, not tuned apart (a one-token 2880 x 3072
-//   product read 84-86 % of the probe in matmul_bench, 2026-12-03).
+// - MXFP4 reads 272 bytes a block: Q4_0's four runs of two blocks, neither tuned nor measured from DRAM apart
+//   (a one-token 2880 x 3072 product, partly in cache, ran 2.05x the GGUF-layout kernel; 2026-12-03).
 // - Q8_0 reads 544 bytes a block: two runs, four blocks of each at a time. Against one run (the one-group kernel),
 //   paired per-token A/B of whole-model decode: 0.973 of the token time in the 57-68 GB/s regime (44 runs), 1.004
 //   in the 16-37 GB/s one (37). Two runs of one block at a time measured 1.030 in the fast regime, of two 0.991,
