@@ -14,7 +14,8 @@
 //     u8  qs[8][16][4]          register j, row r, byte i = quant 4j + i + 128 (value = d * (qs - 128))
 //   MXFP4, per block of 32 (272 bytes, as 16 GGUF blocks):
 //     u8  e[16]                 the rows' E8M0 scales
-//     u8  qs[4][16][4]          as Q4_0's, each nibble an index into kMxfp4Values (value = 2^(e - 128) * kMxfp4Values[q])
+//     u8  qs[4][16][4]          as Q4_0's, each nibble q an index into kMxfp4Values
+//                               (value = 2^(e - 128) * kMxfp4Values[q])
 //   The K-quants, per super-block of 256: a 320-byte head of scales, then 8 chunks of 32 quants (chunk k: quants
 //   32k..32k+31) of 256 + 64 B bytes, B the bits of a quant above its low 4 (Q4_K 0, Q5_K 1, Q6_K 2):
 //     u8  qs[4][16][4]          register c, row r, byte i: low nibble = the low 4 bits of the chunk's quant
