@@ -12,6 +12,7 @@
 #include "core/status.h"
 #include "cpu_backend/host_block.h"
 #include "cpu_backend/kernels.h"
+#include "cpu_backend/onednn_matmul.h"
 #include "cpu_backend/repack.h"
 
 namespace tandem {
@@ -80,6 +81,11 @@ class CpuBackend final : public CpuBackendApi {
   void FreeHostPinned(void* p) override { cpu::FreeHostBlock(p); }
 
   absl::StatusOr<WeightMatrix> PrepareMatMulWeights(const WeightMatrix& m, std::string_view what) override {
+    if (onednn_on_ && cpu::OneDnnTakesType(m.type)) {
+      TANDEM_ASSIGN_OR_RETURN(const bool taken, onednn_.Prepare(m));
+      (void)taken;  // taken or not, MatMul reads the file's rows: oneDNN in place, or the own kernels
+      return m;
+    }
     if (!repack_ || !cpu::CanRepack(m)) return m;
     TANDEM_ASSIGN_OR_RETURN(void* packed, Alloc(cpu::PackedBytes(m), Cat(what, " (repacked)")));
     return cpu::Repack(m, packed);
@@ -106,6 +112,9 @@ class CpuBackend final : public CpuBackendApi {
       const auto one_token_jobs = static_cast<size_t>(std::clamp<int64_t>(spec.expert_rows, 1, cpu::kMaxBatchJobs / 2));
       matmul_bytes = std::max(matmul_bytes, one_token_jobs * cpu::MatMulScratchBytes(type, cols, 1));
     }
+    // oneDNN's products share the matmul workspace (calls on one backend are sequential).
+    TANDEM_RETURN_IF_ERROR(onednn_.SetMaxTokens(spec.max_tokens));
+    matmul_bytes = std::max(matmul_bytes, onednn_.ScratchBytes(spec.max_tokens, spec.max_cols));
     const size_t attention_bytes = cpu::AttentionScratchBytes(spec.n_ctx, spec.n_head, omp_get_max_threads());
     const size_t grouping_bytes =
         spec.n_expert > 0 ? cpu::MoeGroupingBytes(spec.max_tokens, spec.n_expert, spec.n_expert_used) : 0;
@@ -163,6 +172,10 @@ class CpuBackend final : public CpuBackendApi {
     if (matmul_scratch_ == nullptr || need > matmul_scratch_bytes_) {
       SetError(FailedPrecondition("CPU MatMul needs ", need, " bytes of workspace, ", matmul_scratch_bytes_,
                                   " reserved"));
+      return;
+    }
+    if (onednn_.Takes(w, n_tok) && onednn_.ScratchFor(w, n_tok) <= matmul_scratch_bytes_) {
+      if (absl::Status st = onednn_.MatMul(w, x, n_tok, y, matmul_scratch_); !st.ok()) SetError(std::move(st));
       return;
     }
     cpu::MatMul(w, x, n_tok, y, matmul_scratch_, AffinityFor(w, n_tok));
@@ -430,6 +443,8 @@ class CpuBackend final : public CpuBackendApi {
 
   const size_t capacity_;
   const bool repack_;
+  const bool onednn_on_ = cpu::OneDnnEnabled();
+  cpu::OneDnnMatMuls onednn_;  // primitives for the float matrices PrepareMatMulWeights saw
   mutable std::mutex mu_;  // guards the accounting, events and the sticky error
   absl::flat_hash_map<void*, size_t> allocations_;
   size_t in_use_ = 0;

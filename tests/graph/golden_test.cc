@@ -11,6 +11,7 @@
 
 #include "core/sampler.h"
 #include "cpu_backend/kernels.h"
+#include "cpu_backend/onednn_matmul.h"
 #include "graph/engine.h"
 #include "tests/testutil.h"
 
@@ -244,8 +245,9 @@ TEST_P(GoldenTest, LastRowOnlyMatchesFullPrefill) {
   const bool slower_path = std::getenv("TANDEM_ISA") != nullptr;
   EXPECT_LT(test::Nmse(last, want_last), slower_path ? std::max(c.nmse_tol, c.exact_math_nmse) : c.nmse_tol);
 
-  // Against our own full evaluation: every CPU kernel computes a token's row the same way whatever the batch, so
-  // on every kernel path the row is bit-identical.
+  // Against our own full evaluation: every CPU kernel of ours computes a token's row the same way whatever the
+  // batch, so on every kernel path the row is bit-identical. oneDNN's float products (on by default) are not: the
+  // one-row product is ours, the whole batch oneDNN's, in another order of f32 sums (2.6e-13 to 3.8e-13 here).
   auto full_engine = Engine::Open(EngineOptions{.model_path = ModelOf(c), .n_ctx = ContextOf(g),
                                                 .n_batch = ContextOf(g), .kv_type = DType::kF32});
   ASSERT_TRUE(full_engine.ok()) << full_engine.status();
@@ -253,7 +255,11 @@ TEST_P(GoldenTest, LastRowOnlyMatchesFullPrefill) {
   test::Poison(all);
   ASSERT_TRUE((*full_engine)->Prefill(prompt, 0, /*all_logits=*/true, all.data()).ok());
   const std::vector<float> full_last(all.end() - n_vocab, all.end());
-  EXPECT_EQ(last, full_last) << "NMSE " << test::Nmse(last, full_last);
+  if (cpu::OneDnnEnabled()) {
+    EXPECT_LT(test::Nmse(last, full_last), 1e-11);
+  } else {
+    EXPECT_EQ(last, full_last) << "NMSE " << test::Nmse(last, full_last);
+  }
 }
 
 // Greedy 64 tokens from BOS alone: llama.cpp's exact ids, dense and MoE.

@@ -1,0 +1,65 @@
+// Float-weight products of many tokens through oneDNN's matmul. oneDNN reads the weights where they are, the
+// file's rows ([rows][cols], row-major, as its "ba" weights [cols, rows] with the row stride), so nothing is
+// reordered or copied and the decode kernels keep reading the same bytes. On the AMX host oneDNN's brgemm on those
+// plain rows ran as fast as on its own blocked layout (bench/gemm_peak_bench.cc, docs/performance.md).
+//
+// Activations are rounded as llama.cpp rounds them for the weight type (bf16 for BF16 weights, f16 for F16) and
+// products accumulate in f32, so results differ from MatMul's only in summation order. Primitives are made at plan
+// time (Prepare, SetMaxTokens): one for batches of exactly max_tokens (brgemm, AMX where the CPU has it) and one
+// for any other count (runtime M). Products of up to kOneDnnMaxDecodeTokens stay on the bandwidth-bound kernels.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "runtime/tensor.h"
+
+namespace tandem::cpu {
+
+// Batches this small are decode (one or a few streams): MatMul's kernels, which read the weights once.
+constexpr int64_t kOneDnnMaxDecodeTokens = 8;
+
+// Matrices with fewer output rows stay on MatMul's kernels. An MoE router (one row per expert: 8 to 256 in the
+// families we load) feeds a discrete top-k choice, which must not hang on the batch size: oneDNN sums in another
+// order than the one-token kernels, and on a near-tie that picked another expert (tiny-mixtral-Q4_K_M's F32
+// router, NMSE 1e-4 between a prompt run in 3-token batches and in one). Products that small gain little anyway.
+constexpr int64_t kOneDnnMinRows = 512;
+
+// Whether float weights go through oneDNN: env TANDEM_ONEDNN=0|1, default 1.
+bool OneDnnEnabled();
+// The weight types the route takes: F32 and BF16 (oneDNN 2.6 has no f16 matmul on CPUs).
+bool OneDnnTakesType(DType type);
+
+class OneDnnMatMuls {
+ public:
+  OneDnnMatMuls();
+  ~OneDnnMatMuls();
+  OneDnnMatMuls(const OneDnnMatMuls&) = delete;
+  OneDnnMatMuls& operator=(const OneDnnMatMuls&) = delete;
+
+  // Makes the primitives for products with w's shape, once per shape. False (and nothing kept) when the type is
+  // not one the route takes, w has fewer than kOneDnnMinRows rows, or oneDNN has only its reference
+  // implementation for it on this CPU.
+  absl::StatusOr<bool> Prepare(const WeightMatrix& w);
+  // The batch size the fixed-size primitives are made for (the workspace's max_tokens); remakes them.
+  absl::Status SetMaxTokens(int64_t max_tokens);
+  // Workspace a product of up to max_tokens needs: the converted activations and oneDNN's scratchpad.
+  size_t ScratchBytes(int64_t max_tokens, int64_t max_cols) const;
+  // What one product of n_tok tokens with w needs of it.
+  size_t ScratchFor(const WeightMatrix& w, int64_t n_tok) const;
+  // Whether a product of n_tok tokens with w runs here (a prepared shape, a batch above decode).
+  bool Takes(const WeightMatrix& w, int64_t n_tok) const;
+  // y[t][r] = dot(W[r], x[t]) for n_tok tokens; Takes(w, n_tok) must hold. scratch holds ScratchBytes.
+  absl::Status MatMul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y, void* scratch) const;
+  // oneDNN's implementation for w's batches of max_tokens and of other sizes (e.g. "brg:avx512_core_amx_bf16").
+  std::string ImplOf(const WeightMatrix& w) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tandem::cpu

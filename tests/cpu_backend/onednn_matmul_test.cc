@@ -1,0 +1,126 @@
+// oneDNN's float-weight products against the naive reference (MatMulRef: the same activation rounding, double
+// sums), over shapes whose rows and columns are not multiples of any blocking, strided rows, batches of exactly
+// max_tokens (the fixed-size primitive) and of other sizes (runtime M); and through the CPU backend, which must
+// route prefill batches there and leave decode batches to its own kernels.
+#include "cpu_backend/onednn_matmul.h"
+
+#include <cstring>
+#include <tuple>
+#include <vector>
+
+#include "core/dtype.h"
+#include "cpu_backend/cpu_backend.h"
+#include "cpu_backend/kernels.h"
+#include "gtest/gtest.h"
+#include "tests/testutil.h"
+
+namespace tandem::cpu {
+namespace {
+
+using test::Nmse;
+using test::Poison;
+using test::RandomNormal;
+
+// F32: float sums in oneDNN's order against double ones, ~1e-14 here at these widths. BF16: the same bf16
+// operands on both sides, so again only the order of the f32 sums; a wrong layout or stride gives NMSE ~1.
+constexpr double kTol = 1e-10;
+
+// The file's rows of `type`, each row_stride bytes (row_stride >= the row's bytes; the gap is garbage).
+std::vector<uint8_t> Rows(DType type, int64_t rows, int64_t cols, size_t row_stride, uint64_t seed) {
+  const std::vector<float> w = RandomNormal(static_cast<size_t>(rows * cols), seed);
+  std::vector<uint8_t> bytes(row_stride * static_cast<size_t>(rows), 0xa5);
+  for (int64_t r = 0; r < rows; ++r) {
+    uint8_t* row = bytes.data() + static_cast<size_t>(r) * row_stride;
+    for (int64_t c = 0; c < cols; ++c) {
+      const float v = w[static_cast<size_t>(r * cols + c)];
+      if (type == DType::kBF16) {
+        const bf16_t h = F32ToBf16(v);
+        std::memcpy(row + 2 * c, &h, 2);
+      } else {
+        std::memcpy(row + 4 * c, &v, 4);
+      }
+    }
+  }
+  return bytes;
+}
+
+// (type, rows, cols, extra bytes per row)
+using Case = std::tuple<DType, int64_t, int64_t, size_t>;
+class OneDnnMatMulTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(OneDnnMatMulTest, MatchesReference) {
+  const auto [type, rows, cols, extra] = GetParam();
+  const size_t stride = RowBytes(type, cols) + extra;
+  const std::vector<uint8_t> bytes = Rows(type, rows, cols, stride, 7);
+  const WeightMatrix w{.type = type, .data = bytes.data(), .rows = rows, .cols = cols, .row_stride = stride};
+  constexpr int64_t kMaxTokens = 37;
+  OneDnnMatMuls mm;
+  ASSERT_TRUE(mm.SetMaxTokens(kMaxTokens).ok());
+  const absl::StatusOr<bool> taken = mm.Prepare(w);
+  ASSERT_TRUE(taken.ok()) << taken.status();
+  if (!*taken) GTEST_SKIP() << "oneDNN has only its reference " << DTypeName(type) << " matmul on this CPU";
+  std::vector<uint8_t> scratch(mm.ScratchBytes(kMaxTokens, cols));
+  for (int64_t n_tok : {int64_t{9}, int64_t{16}, kMaxTokens, int64_t{31}}) {
+    SCOPED_TRACE(n_tok);
+    ASSERT_TRUE(mm.Takes(w, n_tok));
+    ASSERT_LE(mm.ScratchFor(w, n_tok), scratch.size());
+    const std::vector<float> x = RandomNormal(static_cast<size_t>(n_tok * cols), 11 + n_tok);
+    std::vector<float> y(static_cast<size_t>(n_tok * rows)), want(y.size());
+    Poison(y);
+    ASSERT_TRUE(mm.MatMul(w, x.data(), n_tok, y.data(), scratch.data()).ok());
+    MatMulRef(w, x.data(), n_tok, want.data());
+    EXPECT_LT(Nmse(y, want), kTol) << mm.ImplOf(w);
+  }
+  EXPECT_FALSE(mm.Takes(w, kOneDnnMaxDecodeTokens));  // decode stays on the bandwidth-bound kernels
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, OneDnnMatMulTest,
+                         ::testing::Combine(::testing::Values(DType::kF32, DType::kBF16),
+                                            ::testing::Values(kOneDnnMinRows, int64_t{517}, int64_t{1000}),
+                                            ::testing::Values(int64_t{8}, int64_t{40}, int64_t{333}),
+                                            ::testing::Values(size_t{0}, size_t{64})));
+
+TEST(OneDnnMatMul, TakesOnlyFloatWeightsOfTheFileLayout) {
+  OneDnnMatMuls mm;
+  std::vector<uint8_t> bytes(RowBytes(DType::kQ8_0, 64) * 16);
+  const WeightMatrix q{.type = DType::kQ8_0, .data = bytes.data(), .rows = 16, .cols = 64};
+  EXPECT_FALSE(*mm.Prepare(q));
+  EXPECT_FALSE(mm.Takes(q, 64));
+  std::vector<uint8_t> f(RowBytes(DType::kF32, 64) * 16);
+  WeightMatrix packed{.type = DType::kF32, .data = f.data(), .rows = 16, .cols = 64, .layout = kPackedLayout};
+  EXPECT_FALSE(*mm.Prepare(packed));
+  const WeightMatrix router{.type = DType::kF32, .data = f.data(), .rows = 16, .cols = 64};
+  EXPECT_FALSE(*mm.Prepare(router));  // too few rows (kOneDnnMinRows)
+  std::vector<uint8_t> big(RowBytes(DType::kF32, 64) * kOneDnnMinRows);
+  const WeightMatrix unseen{.type = DType::kF32, .data = big.data(), .rows = kOneDnnMinRows, .cols = 64};
+  EXPECT_FALSE(mm.Takes(unseen, 64));  // a shape Prepare never saw: MatMul's kernels
+}
+
+// Through the backend: a prefill batch of a prepared F32/BF16 matrix equals the reference, with TANDEM_ONEDNN
+// either way (ctest runs this binary under both).
+TEST(OneDnnMatMul, BackendPrefillMatchesReference) {
+  for (DType type : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(DTypeName(type));
+    constexpr int64_t kRows = kOneDnnMinRows + 16, kCols = 160, kTok = 24;
+    const std::vector<uint8_t> bytes = Rows(type, kRows, kCols, RowBytes(type, kCols), 3);
+    const WeightMatrix w{.type = type, .data = bytes.data(), .rows = kRows, .cols = kCols};
+    auto be = CreateCpuBackend({});
+    const absl::StatusOr<WeightMatrix> prepared = be->PrepareMatMulWeights(w, "w");
+    ASSERT_TRUE(prepared.ok()) << prepared.status();
+    EXPECT_EQ(prepared->data, w.data);  // read in place: no copy
+    ASSERT_TRUE(be->ReserveWorkspace({.max_tokens = kTok, .max_cols = kCols, .max_rows = kRows, .n_ctx = 16,
+                                      .n_head = 1}).ok());
+    for (int64_t n_tok : {int64_t{1}, int64_t{8}, int64_t{9}, kTok}) {
+      const std::vector<float> x = RandomNormal(static_cast<size_t>(n_tok * kCols), 5);
+      std::vector<float> y(static_cast<size_t>(n_tok * kRows)), want(y.size());
+      Poison(y);
+      be->MatMul(*prepared, x.data(), n_tok, y.data());
+      ASSERT_TRUE(be->TakeError().ok());
+      MatMulRef(w, x.data(), n_tok, want.data());
+      EXPECT_LT(Nmse(y, want), kTol) << n_tok << " tokens";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tandem::cpu
