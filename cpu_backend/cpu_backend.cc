@@ -114,7 +114,7 @@ class CpuBackend final : public CpuBackendApi {
     }
     // oneDNN's products share the matmul workspace (calls on one backend are sequential).
     TANDEM_RETURN_IF_ERROR(onednn_.SetMaxTokens(spec.max_tokens));
-    matmul_bytes = std::max(matmul_bytes, onednn_.ScratchBytes(spec.max_tokens, spec.max_cols));
+    matmul_bytes = std::max(matmul_bytes, onednn_.ScratchBytes(spec.max_tokens));
     const size_t attention_bytes = cpu::AttentionScratchBytes(spec.n_ctx, spec.n_head, omp_get_max_threads());
     const size_t grouping_bytes =
         spec.n_expert > 0 ? cpu::MoeGroupingBytes(spec.max_tokens, spec.n_expert, spec.n_expert_used) : 0;

@@ -10,6 +10,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "core/status.h"
+#include "cpu_backend/f16_fast.h"
 #include "cpu_backend/kernels.h"
 #include "cpu_backend/vec_dot.h"
 #include "oneapi/dnnl/dnnl.hpp"
@@ -39,24 +40,42 @@ ShapeKey KeyOf(const WeightMatrix& w) {
   return {w.type, w.rows, w.cols, w.row_stride == 0 ? row_bytes : w.row_stride};
 }
 
+// What oneDNN computes in: bf16 for BF16 weights, f32 for F32 and for F16 (converted tile by tile: oneDNN 2.6 has
+// no f16 matmul on CPUs).
 memory::data_type DataTypeOf(DType t) { return t == DType::kBF16 ? memory::data_type::bf16 : memory::data_type::f32; }
 
 absl::Status FromDnnl(const dnnl::error& e, std::string_view what) {
   return absl::InternalError(Cat("oneDNN ", what, ": ", e.what(), " (status ", static_cast<int>(e.status), ")"));
 }
 
-// Activations in the weight type's vec-dot type: bf16 rows for BF16; F32 reads x in place.
-size_t ActBytes(DType type, int64_t n_tok, int64_t cols) {
-  return type == DType::kBF16 ? AlignUp(sizeof(bf16_t) * static_cast<size_t>(n_tok * cols)) : 0;
+// F16 weights are converted to f32 in tiles of rows about this size, which stay in L2 while oneDNN works on them.
+constexpr size_t kF16TileBytes = size_t{1} << 21;
+
+int64_t TileRowsOf(const ShapeKey& k) {
+  if (k.type != DType::kF16) return k.rows;
+  const auto fit = static_cast<int64_t>(kF16TileBytes / (sizeof(float) * static_cast<size_t>(k.cols)));
+  return std::min(k.rows, std::max<int64_t>(64, fit / 64 * 64));
 }
 
 struct Shape {
-  memory::desc weights;             // [cols, rows] over the file's rows
-  dnnl::matmul fixed, any;          // batches of max_tokens; of any size (runtime M)
-  bool has_fixed = false;
-  size_t fixed_scratch = 0, any_scratch = 0;
+  int64_t tile_rows = 0;            // rows per product: all of them, or an F16 tile's
+  memory::desc weights;             // [cols, tile_rows]: over the file's rows, or over an F16 tile's f32 copy
+  dnnl::matmul fixed, any, tail;    // batches of max_tokens; of any size (runtime M); F16's last, shorter tile
+  bool has_fixed = false, has_tail = false;
+  size_t fixed_scratch = 0, any_scratch = 0, tail_scratch = 0;
   std::string fixed_impl, any_impl;
 };
+
+// The converted activations (bf16 rows for BF16, f16-rounded f32 rows for F16; F32 reads x in place) and F16's
+// f32 tile.
+size_t ActBytes(const ShapeKey& k, const Shape& s, int64_t n_tok) {
+  const auto elems = static_cast<size_t>(n_tok * k.cols);
+  switch (k.type) {
+    case DType::kBF16: return AlignUp(sizeof(bf16_t) * elems);
+    case DType::kF16: return AlignUp(sizeof(float) * elems) + sizeof(float) * static_cast<size_t>(s.tile_rows * k.cols);
+    default: return 0;
+  }
+}
 
 }  // namespace
 
@@ -68,17 +87,18 @@ bool OneDnnEnabled() {
   return enabled;
 }
 
-bool OneDnnTakesType(DType type) { return type == DType::kF32 || type == DType::kBF16; }
+bool OneDnnTakesType(DType type) { return type == DType::kF32 || type == DType::kBF16 || type == DType::kF16; }
 
 struct OneDnnMatMuls::Impl {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   int64_t max_tokens = 0;
   absl::flat_hash_map<ShapeKey, Shape> shapes;
 
-  // A matmul of m tokens (DNNL_RUNTIME_DIM_VAL: any) for the shape, with a user scratchpad.
-  dnnl::matmul::primitive_desc Desc(const ShapeKey& k, const memory::desc& weights, int64_t m) const {
+  // A matmul of m tokens (DNNL_RUNTIME_DIM_VAL: any) into n of y's columns (rows of the weights), y's rows k.rows
+  // apart, with a user scratchpad.
+  dnnl::matmul::primitive_desc Desc(const ShapeKey& k, const memory::desc& weights, int64_t m, int64_t n) const {
     const memory::desc src({m, k.cols}, DataTypeOf(k.type), Tag::ab);
-    const memory::desc dst({m, k.rows}, memory::data_type::f32, Tag::ab);
+    const memory::desc dst({m, n}, memory::data_type::f32, {k.rows, 1});
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     return dnnl::matmul::primitive_desc(dnnl::matmul::desc(src, weights, dst), attr, engine);
@@ -86,7 +106,7 @@ struct OneDnnMatMuls::Impl {
 
   void MakeFixed(const ShapeKey& k, Shape& s) const {
     if (max_tokens <= kOneDnnMaxDecodeTokens) return;
-    const auto pd = Desc(k, s.weights, max_tokens);
+    const auto pd = Desc(k, s.weights, max_tokens, s.tile_rows);
     s.fixed = dnnl::matmul(pd);
     s.has_fixed = true;
     s.fixed_scratch = pd.scratchpad_desc().get_size();
@@ -103,16 +123,28 @@ absl::StatusOr<bool> OneDnnMatMuls::Prepare(const WeightMatrix& w) {
   if (impl_->shapes.contains(k)) return true;
   try {
     Shape s;
-    const auto elem = static_cast<int64_t>(Traits(w.type).block_bytes);
-    if (static_cast<int64_t>(k.row_stride) % elem != 0) return false;
-    // W[r][c] at r * stride + c: element (c, r) of a [cols, rows] matrix with strides (1, stride).
-    s.weights = memory::desc({k.cols, k.rows}, DataTypeOf(k.type), {1, static_cast<int64_t>(k.row_stride) / elem});
-    const auto pd = impl_->Desc(k, s.weights, DNNL_RUNTIME_DIM_VAL);
+    s.tile_rows = TileRowsOf(k);
+    const memory::data_type dt = DataTypeOf(k.type);
+    if (k.type == DType::kF16) {  // a dense f32 tile: W[r][c] at r * cols + c
+      s.weights = memory::desc({k.cols, s.tile_rows}, dt, {1, k.cols});
+    } else {  // W[r][c] at r * stride + c: element (c, r) of a [cols, rows] matrix with strides (1, stride)
+      const auto elem = static_cast<int64_t>(Traits(w.type).block_bytes);
+      if (static_cast<int64_t>(k.row_stride) % elem != 0) return false;
+      s.weights = memory::desc({k.cols, k.rows}, dt, {1, static_cast<int64_t>(k.row_stride) / elem});
+    }
+    const auto pd = impl_->Desc(k, s.weights, DNNL_RUNTIME_DIM_VAL, s.tile_rows);
     s.any_impl = pd.impl_info_str();
     // The reference implementation is far slower than MatMul's kernels: where it is all oneDNN has, not here.
     if (s.any_impl.rfind("ref", 0) == 0) return false;
     s.any = dnnl::matmul(pd);
     s.any_scratch = pd.scratchpad_desc().get_size();
+    if (const int64_t tail = k.rows % s.tile_rows; tail != 0) {
+      const memory::desc tail_weights({k.cols, tail}, dt, {1, k.cols});
+      const auto tail_pd = impl_->Desc(k, tail_weights, DNNL_RUNTIME_DIM_VAL, tail);
+      s.tail = dnnl::matmul(tail_pd);
+      s.has_tail = true;
+      s.tail_scratch = tail_pd.scratchpad_desc().get_size();
+    }
     impl_->MakeFixed(k, s);
     impl_->shapes.emplace(k, std::move(s));
     return true;
@@ -139,22 +171,22 @@ absl::Status OneDnnMatMuls::SetMaxTokens(int64_t max_tokens) {
   return absl::OkStatus();
 }
 
-size_t OneDnnMatMuls::ScratchBytes(int64_t max_tokens, int64_t max_cols) const {
-  size_t scratchpad = 0;
-  DType widest = DType::kF32;
+size_t OneDnnMatMuls::ScratchBytes(int64_t max_tokens) const {
+  size_t bytes = 0;
   for (const auto& [k, s] : impl_->shapes) {
-    scratchpad = std::max({scratchpad, s.fixed_scratch, s.any_scratch});
-    if (k.type == DType::kBF16) widest = DType::kBF16;
+    const size_t pad = std::max({s.has_fixed ? s.fixed_scratch : 0, s.any_scratch, s.tail_scratch});
+    bytes = std::max(bytes, ActBytes(k, s, max_tokens) + AlignUp(pad));
   }
-  return ActBytes(widest, max_tokens, max_cols) + AlignUp(scratchpad);
+  return bytes;
 }
 
 size_t OneDnnMatMuls::ScratchFor(const WeightMatrix& w, int64_t n_tok) const {
-  auto it = impl_->shapes.find(KeyOf(w));
+  const ShapeKey k = KeyOf(w);
+  auto it = impl_->shapes.find(k);
   if (it == impl_->shapes.end()) return 0;
   const Shape& s = it->second;
   const bool fixed = s.has_fixed && n_tok == impl_->max_tokens;
-  return ActBytes(w.type, n_tok, w.cols) + (fixed ? s.fixed_scratch : s.any_scratch);
+  return ActBytes(k, s, n_tok) + AlignUp(std::max(fixed ? s.fixed_scratch : s.any_scratch, s.tail_scratch));
 }
 
 bool OneDnnMatMuls::Takes(const WeightMatrix& w, int64_t n_tok) const {
@@ -170,31 +202,50 @@ absl::Status OneDnnMatMuls::MatMul(const WeightMatrix& w, const float* x, int64_
   const Shape& s = it->second;
   const bool fixed = s.has_fixed && n_tok == impl_->max_tokens;
   auto* act = static_cast<uint8_t*>(scratch);
-  void* scratchpad = act + ActBytes(w.type, n_tok, w.cols);
+  uint8_t* scratchpad = act + ActBytes(k, s, n_tok);
+  auto* tile = reinterpret_cast<float*>(act + AlignUp(sizeof(float) * static_cast<size_t>(n_tok * k.cols)));
   const void* src = x;
-  if (w.type == DType::kBF16) {  // llama.cpp's rounding of the activations, through MatMul's converter
-    const Isa isa = ActiveIsa();
-    const int n_threads = n_tok * w.cols >= internal::kMinParallelWork ? omp_get_max_threads() : 1;
+  const Isa isa = ActiveIsa();
+  const int n_threads = omp_get_max_threads();
+  if (k.type != DType::kF32) {  // llama.cpp's rounding of the activations, through MatMul's converter
+    const DType vdt = k.type == DType::kBF16 ? DType::kBF16 : DType::kF16;
+    const size_t row_bytes = (vdt == DType::kBF16 ? sizeof(bf16_t) : sizeof(float)) * static_cast<size_t>(k.cols);
 #pragma omp parallel for num_threads(n_threads) schedule(static)
     for (int64_t t = 0; t < n_tok; ++t) {
-      internal::ConvertActivationRow(DType::kBF16, x + t * w.cols, act + sizeof(bf16_t) * t * w.cols, w.cols, isa);
+      internal::ConvertActivationRow(vdt, x + t * k.cols, act + row_bytes * static_cast<size_t>(t), k.cols, isa);
     }
     src = act;
   }
   try {
     dnnl::stream stream(impl_->engine);
     const memory::desc src_md({n_tok, k.cols}, DataTypeOf(k.type), Tag::ab);
-    const memory::desc dst_md({n_tok, k.rows}, memory::data_type::f32, Tag::ab);
-    const memory::desc pad_md({static_cast<int64_t>(fixed ? s.fixed_scratch : s.any_scratch)}, memory::data_type::u8,
-                              Tag::a);
     memory src_mem(src_md, impl_->engine, const_cast<void*>(src));
-    memory w_mem(s.weights, impl_->engine, const_cast<void*>(w.data));
-    memory dst_mem(dst_md, impl_->engine, y);
-    memory pad_mem(pad_md, impl_->engine, scratchpad);
-    (fixed ? s.fixed : s.any)
-        .execute(stream, {{DNNL_ARG_SRC, src_mem}, {DNNL_ARG_WEIGHTS, w_mem}, {DNNL_ARG_DST, dst_mem},
-                          {DNNL_ARG_SCRATCHPAD, pad_mem}});
-    stream.wait();
+    for (int64_t r0 = 0; r0 < k.rows; r0 += s.tile_rows) {
+      const int64_t n = std::min(s.tile_rows, k.rows - r0);
+      const bool tail = n < s.tile_rows;
+      const void* weights = w.data;
+      if (k.type == DType::kF16) {
+        const auto* rows = static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r0) * k.row_stride;
+#pragma omp parallel for num_threads(n_threads) schedule(static)
+        for (int64_t r = 0; r < n; ++r) {
+          const auto* h = reinterpret_cast<const f16_t*>(rows + static_cast<size_t>(r) * k.row_stride);
+          float* f = tile + r * k.cols;
+          for (int64_t c = 0; c < k.cols; ++c) f[c] = HalfToFloat(h[c]);
+        }
+        weights = tile;
+      }
+      const dnnl::matmul& prim = tail ? s.tail : fixed ? s.fixed : s.any;
+      const size_t pad = tail ? s.tail_scratch : fixed ? s.fixed_scratch : s.any_scratch;
+      const memory::desc w_md = tail ? memory::desc({k.cols, n}, DataTypeOf(k.type), {1, k.cols}) : s.weights;
+      const memory::desc dst_md({n_tok, n}, memory::data_type::f32, {k.rows, 1});
+      const memory::desc pad_md({static_cast<int64_t>(pad)}, memory::data_type::u8, Tag::a);
+      memory w_mem(w_md, impl_->engine, const_cast<void*>(weights));
+      memory dst_mem(dst_md, impl_->engine, y + r0);
+      memory pad_mem(pad_md, impl_->engine, scratchpad);
+      prim.execute(stream, {{DNNL_ARG_SRC, src_mem}, {DNNL_ARG_WEIGHTS, w_mem}, {DNNL_ARG_DST, dst_mem},
+                            {DNNL_ARG_SCRATCHPAD, pad_mem}});
+      stream.wait();
+    }
   } catch (const dnnl::error& e) {
     return FromDnnl(e, Cat("matmul of ", n_tok, " tokens with ", w.rows, " x ", w.cols, " ", DTypeName(w.type)));
   }

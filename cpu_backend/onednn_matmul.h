@@ -30,7 +30,8 @@ constexpr int64_t kOneDnnMinRows = 512;
 
 // Whether float weights go through oneDNN: env TANDEM_ONEDNN=0|1, default 1.
 bool OneDnnEnabled();
-// The weight types the route takes: F32 and BF16 (oneDNN 2.6 has no f16 matmul on CPUs).
+// The weight types the route takes: F32, BF16, and F16, which oneDNN 2.6 has no matmul for on CPUs: its rows go
+// through an f32 copy a tile at a time, f32 products of the same operands as MatMul's F16 kernels.
 bool OneDnnTakesType(DType type);
 
 class OneDnnMatMuls {
@@ -47,7 +48,7 @@ class OneDnnMatMuls {
   // The batch size the fixed-size primitives are made for (the workspace's max_tokens); remakes them.
   absl::Status SetMaxTokens(int64_t max_tokens);
   // Workspace a product of up to max_tokens needs: the converted activations and oneDNN's scratchpad.
-  size_t ScratchBytes(int64_t max_tokens, int64_t max_cols) const;
+  size_t ScratchBytes(int64_t max_tokens) const;
   // What one product of n_tok tokens with w needs of it.
   size_t ScratchFor(const WeightMatrix& w, int64_t n_tok) const;
   // Whether a product of n_tok tokens with w runs here (a prepared shape, a batch above decode).

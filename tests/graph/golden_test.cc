@@ -247,7 +247,9 @@ TEST_P(GoldenTest, LastRowOnlyMatchesFullPrefill) {
 
   // Against our own full evaluation: every CPU kernel of ours computes a token's row the same way whatever the
   // batch, so on every kernel path the row is bit-identical. oneDNN's float products (on by default) are not: the
-  // one-row product is ours, the whole batch oneDNN's, in another order of f32 sums (2.6e-13 to 3.8e-13 here).
+  // one-row product is ours, the whole batch oneDNN's, in another order of f32 sums (F32 models 2.6e-13 to 3.8e-13
+  // apart; F16 3.1e-7, as a last-bit difference moves the next product's f16-rounded activations). So then the
+  // two are held to the golden's bound of each other.
   auto full_engine = Engine::Open(EngineOptions{.model_path = ModelOf(c), .n_ctx = ContextOf(g),
                                                 .n_batch = ContextOf(g), .kv_type = DType::kF32});
   ASSERT_TRUE(full_engine.ok()) << full_engine.status();
@@ -256,7 +258,7 @@ TEST_P(GoldenTest, LastRowOnlyMatchesFullPrefill) {
   ASSERT_TRUE((*full_engine)->Prefill(prompt, 0, /*all_logits=*/true, all.data()).ok());
   const std::vector<float> full_last(all.end() - n_vocab, all.end());
   if (cpu::OneDnnEnabled()) {
-    EXPECT_LT(test::Nmse(last, full_last), 1e-11);
+    EXPECT_LT(test::Nmse(last, full_last), c.nmse_tol);
   } else {
     EXPECT_EQ(last, full_last) << "NMSE " << test::Nmse(last, full_last);
   }
