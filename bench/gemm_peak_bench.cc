@@ -1,7 +1,8 @@
-// Prefill GEMM choices side by side on one shape: oneDNN's matmul in f32 and in bf16 (weights already converted
-// and in oneDNN's preferred layout, so no dequantization cost is counted: its best case), against tandem's
-// packed int8 kernels (repack.h) on Q4_0, Q8_0 and Q4_K weights of the same shape. This is the measurement behind
-// the choice of prefill kernel recorded in docs/performance.md.
+// Prefill GEMM choices side by side on one shape: oneDNN's matmul in f32 and in bf16 (weights already converted,
+// in oneDNN's preferred layout and as a file's rows, [n][k] row-major: no dequantization cost is counted), tandem's
+// float-weight route through oneDNN (cpu_backend/onednn_matmul.h: activations converted, F16 rows through f32
+// tiles, all counted), and tandem's packed int8 kernels (repack.h) on Q4_0, Q8_0 and Q4_K weights of the same
+// shape. This is the measurement behind the choice of prefill kernel recorded in docs/performance.md.
 //
 //   gemm_peak_bench [--m TOKENS] [--k COLS] [--n ROWS] [--reps N]
 #include <omp.h>
@@ -10,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -17,6 +19,7 @@
 #include "core/dtype.h"
 #include "core/quant.h"
 #include "cpu_backend/kernels.h"
+#include "cpu_backend/onednn_matmul.h"
 #include "cpu_backend/repack.h"
 #include "oneapi/dnnl/dnnl.hpp"
 
@@ -36,13 +39,14 @@ double BestSeconds(int reps, Fn fn) {
   return best;
 }
 
-// oneDNN matmul: src [m, k] (f32 or bf16), weights [k, n] in the layout oneDNN prefers, dst [m, n] f32.
-double OneDnnGflops(dnnl::memory::data_type wt, int64_t m, int64_t k, int64_t n, int reps) {
+// oneDNN matmul: src [m, k] (f32 or bf16), weights [k, n] in the layout oneDNN prefers or (file_rows) as [n][k]
+// row-major, dst [m, n] f32.
+double OneDnnGflops(dnnl::memory::data_type wt, bool file_rows, int64_t m, int64_t k, int64_t n, int reps) {
   using dnnl::memory;
   dnnl::engine eng(dnnl::engine::kind::cpu, 0);
   dnnl::stream strm(eng);
   const memory::desc src_md({m, k}, wt, memory::format_tag::ab);
-  const memory::desc w_any({k, n}, wt, memory::format_tag::any);
+  const memory::desc w_any({k, n}, wt, file_rows ? memory::format_tag::ba : memory::format_tag::any);
   const memory::desc dst_md({m, n}, memory::data_type::f32, memory::format_tag::ab);
   const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src_md, w_any, dst_md), eng);
 
@@ -64,6 +68,25 @@ double OneDnnGflops(dnnl::memory::data_type wt, int64_t m, int64_t k, int64_t n,
     prim.execute(strm, {{DNNL_ARG_SRC, src_mem}, {DNNL_ARG_WEIGHTS, w_mem}, {DNNL_ARG_DST, dst_mem}});
     strm.wait();
   });
+  return 2.0 * static_cast<double>(m) * k * n / s * 1e-9;
+}
+
+// tandem's float-weight route (OneDnnMatMuls) on the file's rows of `type`, primitives made for batches of m.
+double RouteGflops(tandem::DType type, int64_t m, int64_t k, int64_t n, int reps) {
+  std::vector<uint8_t> rows(tandem::RowBytes(type, k) * static_cast<size_t>(n), 0);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (size_t i = 0; i < rows.size() / 2; ++i) {  // random halves: bf16 or f16 values, or halves of f32 ones
+    const uint16_t h = type == tandem::DType::kF16 ? tandem::F32ToF16(normal(rng)) : tandem::F32ToBf16(normal(rng));
+    std::memcpy(rows.data() + 2 * i, &h, 2);
+  }
+  const tandem::WeightMatrix w{.type = type, .data = rows.data(), .rows = n, .cols = k};
+  tandem::cpu::OneDnnMatMuls mm;
+  if (!mm.SetMaxTokens(m).ok() || !mm.Prepare(w).ok() || !mm.Takes(w, m)) return 0.0;
+  std::vector<uint8_t> scratch(mm.ScratchBytes(m));
+  std::vector<float> x(static_cast<size_t>(m * k)), y(static_cast<size_t>(m * n));
+  for (float& v : x) v = normal(rng);
+  const double s = BestSeconds(reps, [&] { (void)mm.MatMul(w, x.data(), m, y.data(), scratch.data()); });
   return 2.0 * static_cast<double>(m) * k * n / s * 1e-9;
 }
 
@@ -114,10 +137,18 @@ int main(int argc, char** argv) {
               static_cast<long long>(k), static_cast<long long>(n), omp_get_max_threads(), reps);
   std::printf("%-26s %10s\n", "kernel", "GFLOP/s");
   try {
-    std::printf("%-26s %10.1f\n", "oneDNN f32", OneDnnGflops(dnnl::memory::data_type::f32, m, k, n, reps));
-    std::printf("%-26s %10.1f\n", "oneDNN bf16", OneDnnGflops(dnnl::memory::data_type::bf16, m, k, n, reps));
+    for (const bool rows : {false, true}) {
+      using dnnl::memory;
+      const char* layout = rows ? " (file rows)" : "";
+      std::printf("oneDNN f32%-16s %10.1f\n", layout, OneDnnGflops(memory::data_type::f32, rows, m, k, n, reps));
+      std::printf("oneDNN bf16%-15s %10.1f\n", layout, OneDnnGflops(memory::data_type::bf16, rows, m, k, n, reps));
+    }
   } catch (const dnnl::error& e) {
     std::printf("oneDNN: %s\n", e.what());
+  }
+  for (tandem::DType t : {tandem::DType::kF32, tandem::DType::kBF16, tandem::DType::kF16}) {
+    const std::string name = "tandem oneDNN " + std::string(tandem::DTypeName(t));
+    std::printf("%-26s %10.1f\n", name.c_str(), RouteGflops(t, m, k, n, reps));
   }
   for (tandem::DType t : {tandem::DType::kQ4_0, tandem::DType::kQ8_0, tandem::DType::kQ4_K}) {
     const std::string name = "tandem packed " + std::string(tandem::DTypeName(t));

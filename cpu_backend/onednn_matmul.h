@@ -28,7 +28,8 @@ constexpr int64_t kOneDnnMaxDecodeTokens = 8;
 // router, NMSE 1e-4 between a prompt run in 3-token batches and in one). Products that small gain little anyway.
 constexpr int64_t kOneDnnMinRows = 512;
 
-// Whether float weights go through oneDNN: env TANDEM_ONEDNN=0|1, default 1.
+// Whether float weights go through oneDNN: env TANDEM_ONEDNN=0|1; by default yes, unless TANDEM_ISA caps our
+// kernels (such a run is one of our kernels: ONEDNN_MAX_CPU_ISA caps oneDNN's).
 bool OneDnnEnabled();
 // The weight types the route takes: F32, BF16, and F16, which oneDNN 2.6 has no matmul for on CPUs: its rows go
 // through an f32 copy a tile at a time, f32 products of the same operands as MatMul's F16 kernels.
