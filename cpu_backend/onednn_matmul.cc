@@ -89,6 +89,15 @@ bool OneDnnEnabled() {
 
 bool OneDnnTakesType(DType type) { return type == DType::kF32 || type == DType::kBF16 || type == DType::kF16; }
 
+double OneDnnPeakOpsPerCycle(DType type) {
+  if (type != DType::kBF16) return 0;
+  try {
+    return dnnl::get_effective_cpu_isa() == dnnl::cpu_isa::avx512_core_amx ? 2048 : 0;
+  } catch (const dnnl::error&) {
+    return 0;
+  }
+}
+
 struct OneDnnMatMuls::Impl {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   int64_t max_tokens = 0;

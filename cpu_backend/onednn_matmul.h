@@ -35,6 +35,10 @@ bool OneDnnEnabled();
 // through an f32 copy a tile at a time, f32 products of the same operands as MatMul's F16 kernels.
 bool OneDnnTakesType(DType type);
 
+// Multiply-adds times two a core does per cycle on oneDNN's route for `type` at its best: AMX's tile unit for BF16
+// where oneDNN runs it (2048), else 0 (the AVX-512 or AVX2 peak of our own kernels bounds it).
+double OneDnnPeakOpsPerCycle(DType type);
+
 class OneDnnMatMuls {
  public:
   OneDnnMatMuls();

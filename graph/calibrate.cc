@@ -20,6 +20,7 @@
 #include "core/status.h"
 #include "cpu_backend/host_block.h"
 #include "cpu_backend/kernels.h"
+#include "cpu_backend/onednn_matmul.h"
 #include "cpu_backend/read_bandwidth.h"
 #include "cpu_backend/repack.h"
 #include "graph/measure.h"
@@ -311,11 +312,31 @@ absl::StatusOr<MachineProfile> CalibrateCpu(const CalibrateOptions& opts) {
 
     WeightMatrix gemm = m.gemv;
     gemm.rows = sz.gemm_rows;  // the first groups (rows) of the same copy
-    const double flops = 2.0 * sz.gemm_rows * sz.cols * sz.gemm_tokens;
+    // Float weights: the route prefill takes, oneDNN's (cpu_backend/onednn_matmul.h), on as many rows as it needs.
+    cpu::OneDnnMatMuls onednn;
+    bool via_onednn = false;
+    std::vector<uint8_t> onednn_scratch;
+    if (cpu::OneDnnEnabled() && cpu::OneDnnTakesType(type) && m.gemv.rows >= cpu::kOneDnnMinRows) {
+      gemm.rows = std::max(gemm.rows, cpu::kOneDnnMinRows);
+      TANDEM_RETURN_IF_ERROR(onednn.SetMaxTokens(sz.gemm_tokens));
+      TANDEM_ASSIGN_OR_RETURN(via_onednn, onednn.Prepare(gemm));
+      onednn_scratch.resize(onednn.ScratchBytes(sz.gemm_tokens));
+      y.resize(std::max(y.size(), static_cast<size_t>(gemm.rows * sz.gemm_tokens)));
+    }
+    const double ops = std::max(PeakOpsPerCycle(cpu::ActiveIsa()), via_onednn ? cpu::OneDnnPeakOpsPerCycle(type) : 0);
+    const double flops = 2.0 * static_cast<double>(gemm.rows) * sz.cols * sz.gemm_tokens;
+    absl::Status run_status;
+    auto run = [&] {
+      if (!via_onednn) return cpu::MatMul(gemm, x.data(), sz.gemm_tokens, y.data(), scratch.get());
+      if (absl::Status st = onednn.MatMul(gemm, x.data(), sz.gemm_tokens, y.data(), onednn_scratch.data()); !st.ok()) {
+        run_status = st;
+      }
+    };
     TANDEM_ASSIGN_OR_RETURN(const Figure gemm_fig, MeasureFigure(gemm_figure(name + " GEMM"), [&] {
-      return peak_trial(
-          flops / TimeIt(sz, [&] { cpu::MatMul(gemm, x.data(), sz.gemm_tokens, y.data(), scratch.get()); }) / 1e9);
+      const double gflops = flops / TimeIt(sz, run) / 1e9;
+      return Trial{.value = gflops, .upper = cores * p.cpu_clock_ghz * ops * kGemmOverPeak};
     }));
+    TANDEM_RETURN_IF_ERROR(run_status);
     p.cpu_gemm_gflops[type] = gemm_fig.median;
     p.cpu_gemm_spread[type] = gemm_fig.spread;
   }
