@@ -115,8 +115,11 @@ int CmdChat(std::span<const std::string> argv) {
   total.seed = sampling.seed;
   int answers = 0;
   int status = 0;
+  // g_interrupted is a Ctrl-C since the last answer began. It is cleared as an answer begins, and after one it
+  // stopped, never at the top of the loop: a Ctrl-C that lands between an answer's last byte and the next read
+  // (a loaded CI host hit that window) would be wiped there and the read would wait for ever.
   for (;;) {
-    g_interrupted = 0;
+    if (g_interrupted != 0) break;
     const std::optional<std::string> msg = ReadMessage(interactive);
     if (!msg || g_interrupted != 0) break;
     if (*msg == "/exit" || *msg == "/quit") break;
@@ -125,6 +128,7 @@ int CmdChat(std::span<const std::string> argv) {
       continue;
     }
     if (msg->empty()) continue;
+    g_interrupted = 0;
     absl::StatusOr<ChatTurn> turn = chat.Reply(
         *msg,
         [](std::string_view piece) {
@@ -142,7 +146,10 @@ int CmdChat(std::span<const std::string> argv) {
     }
     std::fputs("\n", stdout);
     std::fflush(stdout);
-    if (turn->stop == StopReason::kInterrupt) std::fputs("[stopped]\n", stderr);
+    if (turn->stop == StopReason::kInterrupt) {
+      std::fputs("[stopped]\n", stderr);
+      g_interrupted = 0;  // spent on stopping the answer
+    }
     ++answers;
     total.prompt_tokens.resize(total.prompt_tokens.size() + static_cast<size_t>(turn->prompt_fed));
     total.tokens.resize(total.tokens.size() + static_cast<size_t>(turn->generated));
