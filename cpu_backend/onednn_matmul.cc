@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstdlib>
 #include <cstring>
 
@@ -40,40 +41,131 @@ ShapeKey KeyOf(const WeightMatrix& w) {
   return {w.type, w.rows, w.cols, w.row_stride == 0 ? row_bytes : w.row_stride};
 }
 
-// What oneDNN computes in: bf16 for BF16 weights, f32 for F32 and for F16 (converted tile by tile: oneDNN 2.6 has
-// no f16 matmul on CPUs).
-memory::data_type DataTypeOf(DType t) { return t == DType::kBF16 ? memory::data_type::bf16 : memory::data_type::f32; }
+// oneDNN 2.6 has no f16 matmul on CPUs, so F16 rows are converted tile by tile, in one of two ways:
+// - kF32: to f32, for f32 products of the same operands as MatMul's F16 kernels;
+// - kBf16Split, where oneDNN runs bf16 on AMX: each f16 value v is exactly the sum of two bf16, hi (v rounded to 8
+//   significant bits) and lo = v - hi (3 bits at most, |lo| <= 2^-8 |hi|). One bf16 matmul over three times the
+//   columns, source rows [xhi | xlo | xhi] against weight rows [Whi | Whi | Wlo], sums Whi xhi + Whi xlo + Wlo xhi
+//   in f32: W x but for Wlo xlo, under 2^-16 of each product. AMX multiplies bf16 so many times faster than
+//   AVX-512 does f32 that three products cost less than one; AVX512_BF16 only twice as fast, so not there.
+using F16Route = OneDnnF16;
+
+// Whether oneDNN runs bf16 on AMX here (not when ONEDNN_MAX_CPU_ISA caps it below).
+bool AmxHere() {
+  try {
+    return dnnl::get_effective_cpu_isa() == dnnl::cpu_isa::avx512_core_amx;
+  } catch (const dnnl::error&) {
+    return false;
+  }
+}
+
+// kAuto resolved: env TANDEM_ONEDNN_F16=split|f32, else the split where oneDNN runs bf16 on AMX.
+F16Route F16RouteHere() {
+  static const F16Route route = [] {
+    if (const char* v = std::getenv("TANDEM_ONEDNN_F16"); v != nullptr && *v != '\0') {
+      return std::strcmp(v, "split") == 0 ? F16Route::kBf16Split : F16Route::kF32;
+    }
+    return AmxHere() ? F16Route::kBf16Split : F16Route::kF32;
+  }();
+  return route;
+}
+
+// The bits of v rounded to the nearest bf16 (ties to even); Inf and NaN stay what they are.
+inline uint16_t Bf16Bits(float v) {
+  const uint32_t u = std::bit_cast<uint32_t>(v);
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+// v (an f16 value) as hi + lo, both bf16, exactly; lo is 0 where v is not finite (Inf - Inf would be NaN).
+inline void SplitHalf(float v, uint16_t& hi, uint16_t& lo) {
+  hi = Bf16Bits(v);
+  const float rest = v - std::bit_cast<float>(static_cast<uint32_t>(hi) << 16);
+  lo = rest == rest ? Bf16Bits(rest) : uint16_t{0};
+}
 
 absl::Status FromDnnl(const dnnl::error& e, std::string_view what) {
   return absl::InternalError(Cat("oneDNN ", what, ": ", e.what(), " (status ", static_cast<int>(e.status), ")"));
 }
 
-// F16 weights are converted to f32 in tiles of rows about this size, which stay in L2 while oneDNN works on them.
+// F16 weights are converted in tiles of rows about this size, which stay in L2 while oneDNN works on them.
 constexpr size_t kF16TileBytes = size_t{1} << 21;
 
-int64_t TileRowsOf(const ShapeKey& k) {
-  if (k.type != DType::kF16) return k.rows;
-  const auto fit = static_cast<int64_t>(kF16TileBytes / (sizeof(float) * static_cast<size_t>(k.cols)));
-  return std::min(k.rows, std::max<int64_t>(64, fit / 64 * 64));
-}
-
 struct Shape {
+  F16Route f16 = F16Route::kF32;    // how F16 rows are converted (F16 only)
+  // What the source and the weights are in: f32, or bf16.
+  memory::data_type dt = memory::data_type::f32;
+  int64_t k_dim = 0;                // the product's inner dimension: cols, or 3 * cols for kBf16Split
   int64_t tile_rows = 0;            // rows per product: all of them, or an F16 tile's
-  memory::desc weights;             // [cols, tile_rows]: over the file's rows, or over an F16 tile's f32 copy
+  memory::desc weights;             // [k_dim, tile_rows]: over the file's rows, or over an F16 tile's converted copy
   dnnl::matmul fixed, any, tail;    // batches of max_tokens; of any size (runtime M); F16's last, shorter tile
   bool has_fixed = false, has_tail = false;
   size_t fixed_scratch = 0, any_scratch = 0, tail_scratch = 0;
   std::string fixed_impl, any_impl;
 };
 
-// The converted activations (bf16 rows for BF16, f16-rounded f32 rows for F16; F32 reads x in place) and F16's
-// f32 tile.
+size_t ElemBytes(const Shape& s) { return s.dt == memory::data_type::bf16 ? sizeof(bf16_t) : sizeof(float); }
+
+// The converted activations, [n_tok, k_dim] (F32 reads x in place); then F16's tile of converted rows.
+size_t SrcBytes(const ShapeKey& k, const Shape& s, int64_t n_tok) {
+  return k.type == DType::kF32 ? 0 : AlignUp(ElemBytes(s) * static_cast<size_t>(n_tok * s.k_dim));
+}
 size_t ActBytes(const ShapeKey& k, const Shape& s, int64_t n_tok) {
-  const auto elems = static_cast<size_t>(n_tok * k.cols);
-  switch (k.type) {
-    case DType::kBF16: return AlignUp(sizeof(bf16_t) * elems);
-    case DType::kF16: return AlignUp(sizeof(float) * elems) + sizeof(float) * static_cast<size_t>(s.tile_rows * k.cols);
-    default: return 0;
+  const size_t tile = k.type == DType::kF16 ? ElemBytes(s) * static_cast<size_t>(s.tile_rows * s.k_dim) : 0;
+  return SrcBytes(k, s, n_tok) + AlignUp(tile);
+}
+
+// F16 tiles of rows about kF16TileBytes.
+int64_t TileRowsOf(const ShapeKey& k, const Shape& s) {
+  if (k.type != DType::kF16) return k.rows;
+  const auto fit = static_cast<int64_t>(kF16TileBytes / (ElemBytes(s) * static_cast<size_t>(s.k_dim)));
+  return std::min(k.rows, std::max<int64_t>(64, fit / 64 * 64));
+}
+
+// F16 rows r0.. of w, n of them, into a tile of the route's rows ([k_dim] each, dense).
+void ConvertF16Rows(const ShapeKey& k, const Shape& s, const void* data, int64_t r0, int64_t n, void* tile,
+                    int n_threads) {
+  const auto* rows = static_cast<const uint8_t*>(data) + static_cast<size_t>(r0) * k.row_stride;
+  const int64_t cols = k.cols;
+#pragma omp parallel for num_threads(n_threads) schedule(static)
+  for (int64_t r = 0; r < n; ++r) {
+    const auto* h = reinterpret_cast<const f16_t*>(rows + static_cast<size_t>(r) * k.row_stride);
+    if (s.f16 == F16Route::kF32) {
+      float* f = static_cast<float*>(tile) + r * cols;
+      for (int64_t c = 0; c < cols; ++c) f[c] = HalfToFloat(h[c]);
+    } else {  // [Whi | Whi | Wlo]
+      uint16_t* b = static_cast<uint16_t*>(tile) + r * s.k_dim;
+      for (int64_t c = 0; c < cols; ++c) {
+        uint16_t hi, lo;
+        SplitHalf(HalfToFloat(h[c]), hi, lo);
+        b[c] = hi;
+        b[cols + c] = hi;
+        b[2 * cols + c] = lo;
+      }
+    }
+  }
+}
+
+// The activations as the route reads them: llama.cpp's rounding for the weight type (bf16 for BF16, f16 for F16,
+// through MatMul's converter), and for kBf16Split rows [xhi | xlo | xhi] of the f16-rounded values.
+void ConvertActivations(const ShapeKey& k, const Shape& s, const float* x, int64_t n_tok, void* src, int n_threads) {
+  const int64_t cols = k.cols;
+  const Isa isa = ActiveIsa();
+#pragma omp parallel for num_threads(n_threads) schedule(static)
+  for (int64_t t = 0; t < n_tok; ++t) {
+    const float* xt = x + t * cols;
+    if (k.type == DType::kF16 && s.f16 == F16Route::kBf16Split) {
+      uint16_t* b = static_cast<uint16_t*>(src) + t * s.k_dim;
+      for (int64_t c = 0; c < cols; ++c) {
+        uint16_t hi, lo;
+        SplitHalf(RoundThroughHalf(xt[c]), hi, lo);
+        b[c] = hi;
+        b[cols + c] = lo;
+        b[2 * cols + c] = hi;
+      }
+    } else {
+      auto* row = static_cast<uint8_t*>(src) + ElemBytes(s) * static_cast<size_t>(t * cols);
+      internal::ConvertActivationRow(k.type == DType::kBF16 ? DType::kBF16 : DType::kF16, xt, row, cols, isa);
+    }
   }
 }
 
@@ -90,23 +182,24 @@ bool OneDnnEnabled() {
 bool OneDnnTakesType(DType type) { return type == DType::kF32 || type == DType::kBF16 || type == DType::kF16; }
 
 double OneDnnPeakOpsPerCycle(DType type) {
-  if (type != DType::kBF16) return 0;
-  try {
-    return dnnl::get_effective_cpu_isa() == dnnl::cpu_isa::avx512_core_amx ? 2048 : 0;
-  } catch (const dnnl::error&) {
-    return 0;
-  }
+  constexpr double kAmxBf16 = 2048;
+  if (!AmxHere()) return 0;
+  if (type == DType::kBF16) return kAmxBf16;
+  if (type == DType::kF16 && F16RouteHere() == F16Route::kBf16Split) return kAmxBf16 / 3;  // three products
+  return 0;
 }
 
 struct OneDnnMatMuls::Impl {
+  F16Route f16 = F16Route::kAuto;
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   int64_t max_tokens = 0;
   absl::flat_hash_map<ShapeKey, Shape> shapes;
 
   // A matmul of m tokens (DNNL_RUNTIME_DIM_VAL: any) into n of y's columns (rows of the weights), y's rows k.rows
   // apart, with a user scratchpad.
-  dnnl::matmul::primitive_desc Desc(const ShapeKey& k, const memory::desc& weights, int64_t m, int64_t n) const {
-    const memory::desc src({m, k.cols}, DataTypeOf(k.type), Tag::ab);
+  dnnl::matmul::primitive_desc Desc(const ShapeKey& k, const Shape& s, const memory::desc& weights, int64_t m,
+                                    int64_t n) const {
+    const memory::desc src({m, s.k_dim}, s.dt, Tag::ab);
     const memory::desc dst({m, n}, memory::data_type::f32, {k.rows, 1});
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -115,7 +208,7 @@ struct OneDnnMatMuls::Impl {
 
   void MakeFixed(const ShapeKey& k, Shape& s) const {
     if (max_tokens <= kOneDnnMaxDecodeTokens) return;
-    const auto pd = Desc(k, s.weights, max_tokens, s.tile_rows);
+    const auto pd = Desc(k, s, s.weights, max_tokens, s.tile_rows);
     s.fixed = dnnl::matmul(pd);
     s.has_fixed = true;
     s.fixed_scratch = pd.scratchpad_desc().get_size();
@@ -123,7 +216,9 @@ struct OneDnnMatMuls::Impl {
   }
 };
 
-OneDnnMatMuls::OneDnnMatMuls() : impl_(std::make_unique<Impl>()) {}
+OneDnnMatMuls::OneDnnMatMuls(const OneDnnOptions& options) : impl_(std::make_unique<Impl>()) {
+  impl_->f16 = options.f16 == F16Route::kAuto ? F16RouteHere() : options.f16;
+}
 OneDnnMatMuls::~OneDnnMatMuls() = default;
 
 absl::StatusOr<bool> OneDnnMatMuls::Prepare(const WeightMatrix& w) {
@@ -132,24 +227,27 @@ absl::StatusOr<bool> OneDnnMatMuls::Prepare(const WeightMatrix& w) {
   if (impl_->shapes.contains(k)) return true;
   try {
     Shape s;
-    s.tile_rows = TileRowsOf(k);
-    const memory::data_type dt = DataTypeOf(k.type);
-    if (k.type == DType::kF16) {  // a dense f32 tile: W[r][c] at r * cols + c
-      s.weights = memory::desc({k.cols, s.tile_rows}, dt, {1, k.cols});
+    if (k.type == DType::kF16) s.f16 = impl_->f16;
+    const bool split = k.type == DType::kF16 && s.f16 == F16Route::kBf16Split;
+    s.dt = k.type == DType::kBF16 || split ? memory::data_type::bf16 : memory::data_type::f32;
+    s.k_dim = split ? 3 * k.cols : k.cols;
+    s.tile_rows = TileRowsOf(k, s);
+    if (k.type == DType::kF16) {  // a dense tile: row r's k_dim values at r * k_dim
+      s.weights = memory::desc({s.k_dim, s.tile_rows}, s.dt, {1, s.k_dim});
     } else {  // W[r][c] at r * stride + c: element (c, r) of a [cols, rows] matrix with strides (1, stride)
       const auto elem = static_cast<int64_t>(Traits(w.type).block_bytes);
       if (static_cast<int64_t>(k.row_stride) % elem != 0) return false;
-      s.weights = memory::desc({k.cols, k.rows}, dt, {1, static_cast<int64_t>(k.row_stride) / elem});
+      s.weights = memory::desc({k.cols, k.rows}, s.dt, {1, static_cast<int64_t>(k.row_stride) / elem});
     }
-    const auto pd = impl_->Desc(k, s.weights, DNNL_RUNTIME_DIM_VAL, s.tile_rows);
+    const auto pd = impl_->Desc(k, s, s.weights, DNNL_RUNTIME_DIM_VAL, s.tile_rows);
     s.any_impl = pd.impl_info_str();
     // The reference implementation is far slower than MatMul's kernels: where it is all oneDNN has, not here.
     if (s.any_impl.rfind("ref", 0) == 0) return false;
     s.any = dnnl::matmul(pd);
     s.any_scratch = pd.scratchpad_desc().get_size();
     if (const int64_t tail = k.rows % s.tile_rows; tail != 0) {
-      const memory::desc tail_weights({k.cols, tail}, dt, {1, k.cols});
-      const auto tail_pd = impl_->Desc(k, tail_weights, DNNL_RUNTIME_DIM_VAL, tail);
+      const memory::desc tail_weights({s.k_dim, tail}, s.dt, {1, s.k_dim});
+      const auto tail_pd = impl_->Desc(k, s, tail_weights, DNNL_RUNTIME_DIM_VAL, tail);
       s.tail = dnnl::matmul(tail_pd);
       s.has_tail = true;
       s.tail_scratch = tail_pd.scratchpad_desc().get_size();
@@ -212,40 +310,28 @@ absl::Status OneDnnMatMuls::MatMul(const WeightMatrix& w, const float* x, int64_
   const bool fixed = s.has_fixed && n_tok == impl_->max_tokens;
   auto* act = static_cast<uint8_t*>(scratch);
   uint8_t* scratchpad = act + ActBytes(k, s, n_tok);
-  auto* tile = reinterpret_cast<float*>(act + AlignUp(sizeof(float) * static_cast<size_t>(n_tok * k.cols)));
-  const void* src = x;
-  const Isa isa = ActiveIsa();
+  void* tile = act + SrcBytes(k, s, n_tok);
   const int n_threads = omp_get_max_threads();
-  if (k.type != DType::kF32) {  // llama.cpp's rounding of the activations, through MatMul's converter
-    const DType vdt = k.type == DType::kBF16 ? DType::kBF16 : DType::kF16;
-    const size_t row_bytes = (vdt == DType::kBF16 ? sizeof(bf16_t) : sizeof(float)) * static_cast<size_t>(k.cols);
-#pragma omp parallel for num_threads(n_threads) schedule(static)
-    for (int64_t t = 0; t < n_tok; ++t) {
-      internal::ConvertActivationRow(vdt, x + t * k.cols, act + row_bytes * static_cast<size_t>(t), k.cols, isa);
-    }
+  const void* src = x;
+  if (k.type != DType::kF32) {
+    ConvertActivations(k, s, x, n_tok, act, n_threads);
     src = act;
   }
   try {
     dnnl::stream stream(impl_->engine);
-    const memory::desc src_md({n_tok, k.cols}, DataTypeOf(k.type), Tag::ab);
+    const memory::desc src_md({n_tok, s.k_dim}, s.dt, Tag::ab);
     memory src_mem(src_md, impl_->engine, const_cast<void*>(src));
     for (int64_t r0 = 0; r0 < k.rows; r0 += s.tile_rows) {
       const int64_t n = std::min(s.tile_rows, k.rows - r0);
       const bool tail = n < s.tile_rows;
       const void* weights = w.data;
       if (k.type == DType::kF16) {
-        const auto* rows = static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r0) * k.row_stride;
-#pragma omp parallel for num_threads(n_threads) schedule(static)
-        for (int64_t r = 0; r < n; ++r) {
-          const auto* h = reinterpret_cast<const f16_t*>(rows + static_cast<size_t>(r) * k.row_stride);
-          float* f = tile + r * k.cols;
-          for (int64_t c = 0; c < k.cols; ++c) f[c] = HalfToFloat(h[c]);
-        }
+        ConvertF16Rows(k, s, w.data, r0, n, tile, n_threads);
         weights = tile;
       }
       const dnnl::matmul& prim = tail ? s.tail : fixed ? s.fixed : s.any;
       const size_t pad = tail ? s.tail_scratch : fixed ? s.fixed_scratch : s.any_scratch;
-      const memory::desc w_md = tail ? memory::desc({k.cols, n}, DataTypeOf(k.type), {1, k.cols}) : s.weights;
+      const memory::desc w_md = tail ? memory::desc({s.k_dim, n}, s.dt, {1, s.k_dim}) : s.weights;
       const memory::desc dst_md({n_tok, n}, memory::data_type::f32, {k.rows, 1});
       const memory::desc pad_md({static_cast<int64_t>(pad)}, memory::data_type::u8, Tag::a);
       memory w_mem(w_md, impl_->engine, const_cast<void*>(weights));

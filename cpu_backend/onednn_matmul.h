@@ -4,9 +4,10 @@
 // plain rows ran as fast as on its own blocked layout (bench/gemm_peak_bench.cc, docs/performance.md).
 //
 // Activations are rounded as llama.cpp rounds them for the weight type (bf16 for BF16 weights, f16 for F16) and
-// products accumulate in f32, so results differ from MatMul's only in summation order. Primitives are made at plan
-// time (Prepare, SetMaxTokens): one for batches of exactly max_tokens (brgemm, AMX where the CPU has it) and one
-// for any other count (runtime M). Products of up to kOneDnnMaxDecodeTokens stay on the bandwidth-bound kernels.
+// products accumulate in f32, so results differ from MatMul's only in summation order (and for F16 on AMX by a
+// dropped term under 2^-16 of each product). Primitives are made at plan time (Prepare, SetMaxTokens): one for
+// batches of exactly max_tokens (brgemm, AMX where the CPU has it) and one for any other count (runtime M).
+// Products of up to kOneDnnMaxDecodeTokens stay on the bandwidth-bound kernels.
 #pragma once
 
 #include <cstddef>
@@ -31,17 +32,27 @@ constexpr int64_t kOneDnnMinRows = 512;
 // Whether float weights go through oneDNN: env TANDEM_ONEDNN=0|1; by default yes, unless TANDEM_ISA caps our
 // kernels (such a run is one of our kernels: ONEDNN_MAX_CPU_ISA caps oneDNN's).
 bool OneDnnEnabled();
-// The weight types the route takes: F32, BF16, and F16, which oneDNN 2.6 has no matmul for on CPUs: its rows go
-// through an f32 copy a tile at a time, f32 products of the same operands as MatMul's F16 kernels.
+// The weight types the route takes: F32, BF16, and F16, which oneDNN 2.6 has no matmul for on CPUs: its rows are
+// converted a tile at a time, to f32 (products of the same operands as MatMul's F16 kernels) or, where oneDNN runs
+// bf16 on AMX, each value to two bf16 that sum to it exactly, for three bf16 products (onednn_matmul.cc).
 bool OneDnnTakesType(DType type);
 
 // Multiply-adds times two a core does per cycle on oneDNN's route for `type` at its best: AMX's tile unit for BF16
-// where oneDNN runs it (2048), else 0 (the AVX-512 or AVX2 peak of our own kernels bounds it).
+// where oneDNN runs it (2048), a third of that for F16 there (three products), else 0 (the AVX-512 or AVX2 peak of
+// our own kernels bounds it).
 double OneDnnPeakOpsPerCycle(DType type);
+
+// How F16 rows are converted for oneDNN (onednn_matmul.cc): to f32, or to two bf16 for three bf16 products.
+// kAuto: env TANDEM_ONEDNN_F16=split|f32, else the split where oneDNN runs bf16 on AMX.
+enum class OneDnnF16 { kAuto, kF32, kBf16Split };
+
+struct OneDnnOptions {
+  OneDnnF16 f16 = OneDnnF16::kAuto;
+};
 
 class OneDnnMatMuls {
  public:
-  OneDnnMatMuls();
+  explicit OneDnnMatMuls(const OneDnnOptions& options = {});
   ~OneDnnMatMuls();
   OneDnnMatMuls(const OneDnnMatMuls&) = delete;
   OneDnnMatMuls& operator=(const OneDnnMatMuls&) = delete;

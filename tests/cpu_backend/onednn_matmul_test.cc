@@ -4,6 +4,7 @@
 // route prefill batches there and leave decode batches to its own kernels.
 #include "cpu_backend/onednn_matmul.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -27,6 +28,10 @@ using test::RandomNormal;
 // rounded operands on both sides, so again only the order of the f32 sums; a wrong layout, stride or tile gives
 // NMSE ~1.
 constexpr double kTol = 1e-10;
+// F16 as three bf16 products (OneDnnF16::kBf16Split) drops W_lo x_lo, under 2^-16 of each product: an NMSE of
+// 9e-12 at worst over these shapes on a Zen (F16SplitMatchesReference prints it), against ~5e-6 for a missing
+// cross term and ~1 for a wrong segment.
+constexpr double kF16SplitTol = 1e-9;
 
 // The file's rows of `type`, each row_stride bytes (row_stride >= the row's bytes; the gap is garbage).
 std::vector<uint8_t> Rows(DType type, int64_t rows, int64_t cols, size_t row_stride, uint64_t seed) {
@@ -51,32 +56,39 @@ std::vector<uint8_t> Rows(DType type, int64_t rows, int64_t cols, size_t row_str
 using Case = std::tuple<DType, int64_t, int64_t, size_t>;
 class OneDnnMatMulTest : public ::testing::TestWithParam<Case> {};
 
-void ExpectMatchesReference(DType type, int64_t rows, int64_t cols, size_t extra) {
+// The worst NMSE over the batch sizes.
+double ExpectMatchesReference(DType type, int64_t rows, int64_t cols, size_t extra, const OneDnnOptions& options = {},
+                              double tol = kTol) {
   const size_t stride = RowBytes(type, cols) + extra;
   const std::vector<uint8_t> bytes = Rows(type, rows, cols, stride, 7);
   const WeightMatrix w{.type = type, .data = bytes.data(), .rows = rows, .cols = cols, .row_stride = stride};
   constexpr int64_t kMaxTokens = 37;
-  OneDnnMatMuls mm;
-  ASSERT_TRUE(mm.SetMaxTokens(kMaxTokens).ok());
+  OneDnnMatMuls mm(options);
+  double worst = 0;
+  EXPECT_TRUE(mm.SetMaxTokens(kMaxTokens).ok());
   const absl::StatusOr<bool> taken = mm.Prepare(w);
-  ASSERT_TRUE(taken.ok()) << taken.status();
-  if (!*taken) {
+  EXPECT_TRUE(taken.ok()) << taken.status();
+  if (!taken.ok() || !*taken) {
     std::printf("oneDNN has only its reference %s matmul on this CPU\n", std::string(DTypeName(type)).c_str());
-    return;
+    return 0;
   }
   std::vector<uint8_t> scratch(mm.ScratchBytes(kMaxTokens));
   for (int64_t n_tok : {int64_t{9}, int64_t{16}, kMaxTokens, int64_t{31}}) {
     SCOPED_TRACE(n_tok);
-    ASSERT_TRUE(mm.Takes(w, n_tok));
-    ASSERT_LE(mm.ScratchFor(w, n_tok), scratch.size());
+    EXPECT_TRUE(mm.Takes(w, n_tok));
+    EXPECT_LE(mm.ScratchFor(w, n_tok), scratch.size());
+    if (!mm.Takes(w, n_tok) || mm.ScratchFor(w, n_tok) > scratch.size()) return 1;
     const std::vector<float> x = RandomNormal(static_cast<size_t>(n_tok * cols), 11 + n_tok);
     std::vector<float> y(static_cast<size_t>(n_tok * rows)), want(y.size());
     Poison(y);
-    ASSERT_TRUE(mm.MatMul(w, x.data(), n_tok, y.data(), scratch.data()).ok());
+    EXPECT_TRUE(mm.MatMul(w, x.data(), n_tok, y.data(), scratch.data()).ok());
     MatMulRef(w, x.data(), n_tok, want.data());
-    EXPECT_LT(Nmse(y, want), kTol) << mm.ImplOf(w);
+    const double nmse = Nmse(y, want);
+    EXPECT_LT(nmse, tol) << mm.ImplOf(w);
+    worst = std::max(worst, nmse);
   }
   EXPECT_FALSE(mm.Takes(w, kOneDnnMaxDecodeTokens));  // decode stays on the bandwidth-bound kernels
+  return worst;
 }
 
 TEST_P(OneDnnMatMulTest, MatchesReference) {
@@ -93,6 +105,22 @@ INSTANTIATE_TEST_SUITE_P(Shapes, OneDnnMatMulTest,
 // F16 rows wide enough that the f32 tiles hold fewer rows than the matrix: whole tiles and a shorter last one.
 TEST(OneDnnMatMul, F16TilesAndTheirTail) {
   for (size_t extra : {size_t{0}, size_t{64}}) ExpectMatchesReference(DType::kF16, 517, 4160, extra);
+}
+
+// F16 as three bf16 products, the route for AMX, forced: it runs wherever oneDNN has a bf16 matmul. 4160 columns
+// make tiles of 64 rows and a shorter last one.
+TEST(OneDnnMatMul, F16SplitMatchesReference) {
+  double worst = 0;
+  for (int64_t rows : {kOneDnnMinRows, int64_t{517}, int64_t{1000}}) {
+    for (int64_t cols : {int64_t{8}, int64_t{333}, int64_t{4160}}) {
+      for (size_t extra : {size_t{0}, size_t{64}}) {
+        SCOPED_TRACE(testing::Message() << rows << " x " << cols << " +" << extra);
+        worst = std::max(worst, ExpectMatchesReference(DType::kF16, rows, cols, extra,
+                                                       {.f16 = OneDnnF16::kBf16Split}, kF16SplitTol));
+      }
+    }
+  }
+  std::printf("F16 as three bf16 products: worst NMSE %.2e\n", worst);
 }
 
 TEST(OneDnnMatMul, TakesOnlyFloatWeightsOfTheFileLayout) {
