@@ -48,6 +48,7 @@ enum class OneDnnF16 { kAuto, kF32, kBf16Split };
 
 struct OneDnnOptions {
   OneDnnF16 f16 = OneDnnF16::kAuto;
+  size_t f16_tile_bytes = 0;  // F16 rows are converted in tiles of about this many bytes; 0: 16 MiB
 };
 
 class OneDnnMatMuls {

@@ -102,13 +102,16 @@ INSTANTIATE_TEST_SUITE_P(Shapes, OneDnnMatMulTest,
                                             ::testing::Values(int64_t{8}, int64_t{40}, int64_t{333}),
                                             ::testing::Values(size_t{0}, size_t{64})));
 
-// F16 rows wide enough that the f32 tiles hold fewer rows than the matrix: whole tiles and a shorter last one.
+// F16 tiles (here of 1 MiB: 64 rows of 4160 f32) that hold fewer rows than the matrix: whole tiles and a shorter
+// last one.
 TEST(OneDnnMatMul, F16TilesAndTheirTail) {
-  for (size_t extra : {size_t{0}, size_t{64}}) ExpectMatchesReference(DType::kF16, 517, 4160, extra);
+  for (size_t extra : {size_t{0}, size_t{64}}) {
+    ExpectMatchesReference(DType::kF16, 517, 4160, extra, {.f16 = OneDnnF16::kF32, .f16_tile_bytes = 1 << 20});
+  }
 }
 
-// F16 as three bf16 products, the route for AMX, forced: it runs wherever oneDNN has a bf16 matmul. 4160 columns
-// make tiles of 64 rows and a shorter last one.
+// F16 as three bf16 products, the route for AMX, forced: it runs wherever oneDNN has a bf16 matmul. 1 MiB tiles
+// hold 64 rows of 4160 columns (three bf16 segments each): whole tiles and a shorter last one.
 TEST(OneDnnMatMul, F16SplitMatchesReference) {
   double worst = 0;
   for (int64_t rows : {kOneDnnMinRows, int64_t{517}, int64_t{1000}}) {
@@ -116,7 +119,8 @@ TEST(OneDnnMatMul, F16SplitMatchesReference) {
       for (size_t extra : {size_t{0}, size_t{64}}) {
         SCOPED_TRACE(testing::Message() << rows << " x " << cols << " +" << extra);
         worst = std::max(worst, ExpectMatchesReference(DType::kF16, rows, cols, extra,
-                                                       {.f16 = OneDnnF16::kBf16Split}, kF16SplitTol));
+                                                       {.f16 = OneDnnF16::kBf16Split, .f16_tile_bytes = 1 << 20},
+                                                       kF16SplitTol));
       }
     }
   }
