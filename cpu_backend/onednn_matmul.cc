@@ -83,6 +83,13 @@ inline void SplitHalf(float v, uint16_t& hi, uint16_t& lo) {
   lo = rest == rest ? Bf16Bits(rest) : uint16_t{0};
 }
 
+// v split (SplitHalf) into a row of three segments `cols` apart, at `at`: lo in segment lo_segment, hi in the others.
+inline void PutSplit(float v, uint16_t* at, int64_t cols, int lo_segment) {
+  uint16_t hi, lo;
+  SplitHalf(v, hi, lo);
+  for (int segment = 0; segment < 3; ++segment) at[segment * cols] = segment == lo_segment ? lo : hi;
+}
+
 absl::Status FromDnnl(const dnnl::error& e, std::string_view what) {
   return absl::InternalError(Cat("oneDNN ", what, ": ", e.what(), " (status ", static_cast<int>(e.status), ")"));
 }
@@ -136,13 +143,7 @@ void ConvertF16Rows(const ShapeKey& k, const Shape& s, const void* data, int64_t
       for (int64_t c = 0; c < cols; ++c) f[c] = HalfToFloat(h[c]);
     } else {  // [Whi | Whi | Wlo]
       uint16_t* b = static_cast<uint16_t*>(tile) + r * s.k_dim;
-      for (int64_t c = 0; c < cols; ++c) {
-        uint16_t hi, lo;
-        SplitHalf(HalfToFloat(h[c]), hi, lo);
-        b[c] = hi;
-        b[cols + c] = hi;
-        b[2 * cols + c] = lo;
-      }
+      for (int64_t c = 0; c < cols; ++c) PutSplit(HalfToFloat(h[c]), b + c, cols, 2);
     }
   }
 }
@@ -156,14 +157,8 @@ void ConvertActivations(const ShapeKey& k, const Shape& s, const float* x, int64
   for (int64_t t = 0; t < n_tok; ++t) {
     const float* xt = x + t * cols;
     if (k.type == DType::kF16 && s.f16 == F16Route::kBf16Split) {
-      uint16_t* b = static_cast<uint16_t*>(src) + t * s.k_dim;
-      for (int64_t c = 0; c < cols; ++c) {
-        uint16_t hi, lo;
-        SplitHalf(RoundThroughHalf(xt[c]), hi, lo);
-        b[c] = hi;
-        b[cols + c] = lo;
-        b[2 * cols + c] = hi;
-      }
+      uint16_t* b = static_cast<uint16_t*>(src) + t * s.k_dim;  // [xhi | xlo | xhi]
+      for (int64_t c = 0; c < cols; ++c) PutSplit(RoundThroughHalf(xt[c]), b + c, cols, 1);
     } else {
       auto* row = static_cast<uint8_t*>(src) + ElemBytes(s) * static_cast<size_t>(t * cols);
       internal::ConvertActivationRow(k.type == DType::kBF16 ? DType::kBF16 : DType::kF16, xt, row, cols, isa);
