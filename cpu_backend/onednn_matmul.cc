@@ -96,7 +96,8 @@ absl::Status FromDnnl(const dnnl::error& e, std::string_view what) {
 
 // F16 weights are converted in tiles of rows about this size (OneDnnOptions::f16_tile_bytes overrides it). Wider
 // tiles make fewer, larger products, which oneDNN runs faster: F16 pp512 on a 2-layer Llama-2-7B-shaped file,
-// -t 2, Zen 4, f32 tiles of 2 / 4 / 8 / 16 / 32 MiB: 85 / 109 / 104 / 134 / 135 tok/s (2026-12-04).
+// -t 2, Zen 4, f32 tiles of 2 / 4 / 8 / 16 / 32 MiB: 231-247 / 272-280 / 250-253 / 276-298 / 274-293 tok/s in two
+// rounds (2026-12-04, before tiles' products went to a dense buffer).
 constexpr size_t kF16TileBytes = size_t{1} << 24;
 
 struct Shape {
@@ -116,7 +117,7 @@ size_t ElemBytes(const Shape& s) { return s.dt == memory::data_type::bf16 ? size
 
 // Whether the rows come in tiles of fewer than all of them. A tile's product then goes to a dense [n_tok,
 // tile_rows] buffer, copied into y's columns after: oneDNN 2.6 runs brgemm only into a dense destination, and its
-// fallback (gemm:jit) ran f32 at 80 GFLOP/s against brgemm's 104 on a Zen 4 (512 x 4096 x 1024, two threads).
+// fallback (gemm:jit) ran f32 at 171 GFLOP/s against brgemm's 207 on a Zen 4 (512 x 4096 x 1024, two threads).
 bool Tiled(const ShapeKey& k, const Shape& s) { return s.tile_rows < k.rows; }
 
 // The converted activations, [n_tok, k_dim] (F32 reads x in place); then F16's tile of converted rows; then a
