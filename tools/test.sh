@@ -10,7 +10,7 @@ ctest --test-dir build --output-on-failure -j"$(nproc)" --timeout 900
 
 # The same suite under AddressSanitizer + UndefinedBehaviorSanitizer, CPU only (SANITIZE=0 skips it). The goldens
 # run once there, not again on each kernel path (label graph_variant): every path's kernels meet ASan in their own
-# unit tests, and the reruns would take most of CI's time.
+# unit tests, and the reruns are about a third of the suite's test time (296 of 834 s*proc on a Zen 4, 2026-12-04).
 if [ "${SANITIZE:-1}" = 1 ]; then
   cmake -S . -B build-asan -DTANDEM_SANITIZE=ON -DTANDEM_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
   cmake --build build-asan -j"$(nproc)" >/dev/null
