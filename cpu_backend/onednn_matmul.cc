@@ -5,11 +5,11 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <bit>
 #include <cstdlib>
 #include <cstring>
 
 #include "absl/container/flat_hash_map.h"
+#include "core/dtype.h"
 #include "core/status.h"
 #include "cpu_backend/f16_fast.h"
 #include "cpu_backend/kernels.h"
@@ -70,17 +70,11 @@ F16Route F16RouteHere() {
   return route;
 }
 
-// The bits of v rounded to the nearest bf16 (ties to even); Inf and NaN stay what they are.
-inline uint16_t Bf16Bits(float v) {
-  const uint32_t u = std::bit_cast<uint32_t>(v);
-  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
 // v (an f16 value) as hi + lo, both bf16, exactly; lo is 0 where v is not finite (Inf - Inf would be NaN).
 inline void SplitHalf(float v, uint16_t& hi, uint16_t& lo) {
-  hi = Bf16Bits(v);
-  const float rest = v - std::bit_cast<float>(static_cast<uint32_t>(hi) << 16);
-  lo = rest == rest ? Bf16Bits(rest) : uint16_t{0};
+  hi = F32ToBf16(v);
+  const float rest = v - Bf16ToF32(hi);
+  lo = rest == rest ? F32ToBf16(rest) : uint16_t{0};
 }
 
 // v split (SplitHalf) into a row of three segments `cols` apart, at `at`: lo in segment lo_segment, hi in the others.
