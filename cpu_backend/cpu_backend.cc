@@ -39,17 +39,11 @@ class CpuBackend final : public CpuBackendApi {
   bool Supports(Op, DType) const override { return true; }
 
   // ---- Memory ----
+  // Workspaces, activations and KV caches come back resident (PrefaultHostBlock), so a run's first prefill does
+  // not pay their page faults; repacked weights (AllocBlock alone) are written whole by Repack at once.
   absl::StatusOr<void*> Alloc(size_t bytes, std::string_view what) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (bytes > capacity_ || in_use_ > capacity_ - bytes) {
-      return ResourceExhausted("CPU: cannot allocate ", what, ": ", bytes, " bytes requested, ", in_use_,
-                               " of ", capacity_, " bytes in use");
-    }
-    void* p = cpu::AllocHostBlock(bytes);
-    if (p == nullptr) return ResourceExhausted("CPU: out of host memory allocating ", what, " (", bytes, " bytes)");
-    allocations_[p] = bytes;
-    in_use_ += bytes;
-    peak_ = std::max(peak_, in_use_);
+    TANDEM_ASSIGN_OR_RETURN(void* p, AllocBlock(bytes, what));
+    cpu::PrefaultHostBlock(p, bytes);
     return p;
   }
 
@@ -87,7 +81,7 @@ class CpuBackend final : public CpuBackendApi {
       return m;
     }
     if (!repack_ || !cpu::CanRepack(m)) return m;
-    TANDEM_ASSIGN_OR_RETURN(void* packed, Alloc(cpu::PackedBytes(m), Cat(what, " (repacked)")));
+    TANDEM_ASSIGN_OR_RETURN(void* packed, AllocBlock(cpu::PackedBytes(m), Cat(what, " (repacked)")));
     return cpu::Repack(m, packed);
   }
   void ReleaseMatMulWeights(const WeightMatrix& prepared) override {
@@ -299,6 +293,21 @@ class CpuBackend final : public CpuBackendApi {
   }
 
  private:
+  // A block of this backend's, counted against its capacity, as the OS gave it (not yet resident).
+  absl::StatusOr<void*> AllocBlock(size_t bytes, std::string_view what) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (bytes > capacity_ || in_use_ > capacity_ - bytes) {
+      return ResourceExhausted("CPU: cannot allocate ", what, ": ", bytes, " bytes requested, ", in_use_,
+                               " of ", capacity_, " bytes in use");
+    }
+    void* p = cpu::AllocHostBlock(bytes);
+    if (p == nullptr) return ResourceExhausted("CPU: out of host memory allocating ", what, " (", bytes, " bytes)");
+    allocations_[p] = bytes;
+    in_use_ += bytes;
+    peak_ = std::max(peak_, in_use_);
+    return p;
+  }
+
   absl::Status CheckEvent(int event) {
     std::lock_guard<std::mutex> lock(mu_);
     if (event < 0 || event >= n_events_) return InvalidArgument("CPU: unknown event ", event);
