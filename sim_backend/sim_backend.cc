@@ -17,6 +17,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "core/status.h"
+#include "cpu_backend/host_block.h"
 #include "cpu_backend/kernels.h"
 
 namespace tandem {
@@ -27,9 +28,13 @@ constexpr size_t kMaxTraceEvents = 1 << 20;  // a long run keeps its first milli
 
 using Clock = std::chrono::steady_clock;
 
+// Resident when handed out, as cudaMalloc's and cudaHostAlloc's memory is, so that a run's first use does not pay
+// page faults a real device would not (cpu_backend/host_block.h).
 void* AlignedAlloc(size_t bytes) {
   const size_t rounded = std::max(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
-  return std::aligned_alloc(kAlignment, rounded);
+  void* p = std::aligned_alloc(kAlignment, rounded);
+  cpu::PrefaultHostBlock(p, rounded);
+  return p;
 }
 
 // Weight types whose matmul scratch the workspace must cover (what cpu::MatMul runs).
