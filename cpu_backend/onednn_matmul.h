@@ -33,8 +33,8 @@ constexpr int64_t kOneDnnMinRows = 512;
 // kernels (such a run is one of our kernels: ONEDNN_MAX_CPU_ISA caps oneDNN's).
 bool OneDnnEnabled();
 // The weight types the route takes: F32, BF16, and F16, which oneDNN 2.6 has no matmul for on CPUs: its rows are
-// converted a tile at a time, to f32 (products of the same operands as MatMul's F16 kernels) or, where oneDNN runs
-// bf16 on AMX, each value to two bf16 that sum to it exactly, for three bf16 products (onednn_matmul.cc).
+// converted a tile at a time, to f32 (products of the same operands as MatMul's F16 kernels) or, when asked for
+// (TANDEM_ONEDNN_F16=split), each value to two bf16 that sum to it exactly, for three bf16 products.
 bool OneDnnTakesType(DType type);
 
 // Multiply-adds times two a core does per cycle on oneDNN's route for `type` at its best: AMX's tile unit for BF16
@@ -43,7 +43,7 @@ bool OneDnnTakesType(DType type);
 double OneDnnPeakOpsPerCycle(DType type);
 
 // How F16 rows are converted for oneDNN (onednn_matmul.cc): to f32, or to two bf16 for three bf16 products.
-// kAuto: env TANDEM_ONEDNN_F16=split|f32, else the split where oneDNN runs bf16 on AMX.
+// kAuto: env TANDEM_ONEDNN_F16=split|f32, else f32 (on AMX as fast as the split, and exact).
 enum class OneDnnF16 { kAuto, kF32, kBf16Split };
 
 struct OneDnnOptions {
