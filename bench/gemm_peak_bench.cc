@@ -1,8 +1,9 @@
 // Prefill GEMM choices side by side on one shape: oneDNN's matmul in f32 and in bf16 (weights already converted,
 // in oneDNN's preferred layout and as a file's rows, [n][k] row-major: no dequantization cost is counted), tandem's
 // float-weight route through oneDNN (cpu_backend/onednn_matmul.h: activations converted, F16 rows through f32
-// tiles, all counted), and tandem's packed int8 kernels (repack.h) on Q4_0, Q8_0 and Q4_K weights of the same
-// shape. This is the measurement behind the choice of prefill kernel recorded in docs/performance.md.
+// tiles, all counted), and tandem's packed int8 kernels (repack.h) on Q4_0, Q8_0, Q4_K and Q6_K weights of the same
+// shape, next to the same packed rows through oneDNN's bf16 route (dequantized tile by tile, counted). This is the
+// measurement behind the choice of prefill kernel recorded in docs/performance.md.
 //
 //   gemm_peak_bench [--m TOKENS] [--k COLS] [--n ROWS] [--reps N]
 #include <omp.h>
@@ -90,7 +91,9 @@ double RouteGflops(tandem::DType type, int64_t m, int64_t k, int64_t n, int reps
   return 2.0 * static_cast<double>(m) * k * n / s * 1e-9;
 }
 
-double PackedGflops(tandem::DType type, int64_t m, int64_t k, int64_t n, int reps) {
+// Packed int8 kernels (repack.h) on `type`, or (via_onednn) the same packed rows through oneDNN's bf16 route,
+// dequantized tile by tile (OneDnnQuant::kAll), all of it counted.
+double PackedGflops(tandem::DType type, int64_t m, int64_t k, int64_t n, int reps, bool via_onednn = false) {
   std::mt19937 rng(2);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   const size_t row_bytes = tandem::RowBytes(type, k);
@@ -107,6 +110,13 @@ double PackedGflops(tandem::DType type, int64_t m, int64_t k, int64_t n, int rep
   const tandem::WeightMatrix pw = tandem::cpu::Repack(w, packed.data());
   std::vector<float> x(static_cast<size_t>(m * k)), y(static_cast<size_t>(m * n));
   for (float& v : x) v = normal(rng);
+  if (via_onednn) {
+    tandem::cpu::OneDnnMatMuls mm({.quant = tandem::cpu::OneDnnQuant::kAll});
+    if (!mm.SetMaxTokens(m).ok() || !mm.Prepare(pw).ok() || !mm.Takes(pw, m)) return 0.0;
+    std::vector<uint8_t> scratch(mm.ScratchBytes(m));
+    const double s = BestSeconds(reps, [&] { (void)mm.MatMul(pw, x.data(), m, y.data(), scratch.data()); });
+    return 2.0 * static_cast<double>(m) * k * n / s * 1e-9;
+  }
   std::vector<uint8_t> scratch(tandem::cpu::MatMulScratchBytes(type, k, m));
   const double s = BestSeconds(reps, [&] { tandem::cpu::MatMul(pw, x.data(), m, y.data(), scratch.data()); });
   return 2.0 * static_cast<double>(m) * k * n / s * 1e-9;
@@ -150,9 +160,10 @@ int main(int argc, char** argv) {
     const std::string name = "tandem oneDNN " + std::string(tandem::DTypeName(t));
     std::printf("%-26s %10.1f\n", name.c_str(), RouteGflops(t, m, k, n, reps));
   }
-  for (tandem::DType t : {tandem::DType::kQ4_0, tandem::DType::kQ8_0, tandem::DType::kQ4_K}) {
-    const std::string name = "tandem packed " + std::string(tandem::DTypeName(t));
-    std::printf("%-26s %10.1f\n", name.c_str(), PackedGflops(t, m, k, n, reps));
+  for (tandem::DType t : {tandem::DType::kQ4_0, tandem::DType::kQ8_0, tandem::DType::kQ4_K, tandem::DType::kQ6_K}) {
+    const std::string name(tandem::DTypeName(t));
+    std::printf("%-26s %10.1f\n", ("tandem packed " + name).c_str(), PackedGflops(t, m, k, n, reps));
+    std::printf("%-26s %10.1f\n", ("tandem oneDNN " + name).c_str(), PackedGflops(t, m, k, n, reps, true));
   }
   return 0;
 }

@@ -82,7 +82,12 @@ class CpuBackend final : public CpuBackendApi {
     }
     if (!repack_ || !cpu::CanRepack(m)) return m;
     TANDEM_ASSIGN_OR_RETURN(void* packed, AllocBlock(cpu::PackedBytes(m), Cat(what, " (repacked)")));
-    return cpu::Repack(m, packed);
+    const WeightMatrix prepared = cpu::Repack(m, packed);
+    if (onednn_on_ && cpu::OneDnnQuantMinTokens(m.type) > 0) {  // prefill on AMX (onednn_matmul.h) where faster
+      TANDEM_ASSIGN_OR_RETURN(const bool taken, onednn_.Prepare(prepared));
+      (void)taken;
+    }
+    return prepared;
   }
   void ReleaseMatMulWeights(const WeightMatrix& prepared) override {
     if (!cpu::IsPacked(prepared)) return;  // the file's own rows: not ours
@@ -175,12 +180,13 @@ class CpuBackend final : public CpuBackendApi {
     cpu::MatMul(w, x, n_tok, y, matmul_scratch_, AffinityFor(w, n_tok));
   }
   // Packed products share one parallel region and one quantized copy of x (MatMulBatch): in decode, q, k and v of
-  // one layer are one region instead of three (docs/performance.md). Others run one by one.
+  // one layer are one region instead of three (docs/performance.md). Others, and prefill products on oneDNN's
+  // route, run one by one.
   void MatMuls(std::span<const MatMulOutput> products, const float* x, int64_t n_tok) override {
     cpu::MatMulJob jobs[cpu::kMaxBatchJobs];
     size_t n_jobs = 0, n_ranges = 0;
     for (const MatMulOutput& p : products) {
-      if (cpu::IsPacked(*p.w) && n_jobs < cpu::kMaxBatchJobs) {
+      if (cpu::IsPacked(*p.w) && !onednn_.Takes(*p.w, n_tok) && n_jobs < cpu::kMaxBatchJobs) {
         jobs[n_jobs] = Job(*p.w, x, n_tok, p.y);
         n_ranges += RangesOf(jobs[n_jobs++]);
       } else {

@@ -5,14 +5,19 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
+#include <optional>
 #include <cstdlib>
 #include <cstring>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_split.h"
 #include "core/dtype.h"
 #include "core/status.h"
 #include "cpu_backend/f16_fast.h"
 #include "cpu_backend/kernels.h"
+#include "cpu_backend/packed_dequant.h"
+#include "cpu_backend/repack.h"
 #include "cpu_backend/vec_dot.h"
 #include "oneapi/dnnl/dnnl.hpp"
 
@@ -29,17 +34,23 @@ struct ShapeKey {
   DType type;
   int64_t rows, cols;
   size_t row_stride;
+  WeightLayout layout;
   bool operator==(const ShapeKey&) const = default;
   template <typename H>
   friend H AbslHashValue(H h, const ShapeKey& k) {
-    return H::combine(std::move(h), k.type, k.rows, k.cols, k.row_stride);
+    return H::combine(std::move(h), k.type, k.rows, k.cols, k.row_stride, k.layout);
   }
 };
 
 ShapeKey KeyOf(const WeightMatrix& w) {
   const size_t row_bytes = RowBytes(w.type, w.cols);
-  return {w.type, w.rows, w.cols, w.row_stride == 0 ? row_bytes : w.row_stride};
+  return {w.type, w.rows, w.cols, w.row_stride == 0 ? row_bytes : w.row_stride, w.layout};
 }
+
+// Packed quantized rows, dequantized tile by tile to bf16.
+bool Quantized(const ShapeKey& k) { return k.layout == kPackedLayout; }
+// Rows converted tile by tile into the scratch (F16, quantized) rather than read where they are.
+bool Converted(const ShapeKey& k) { return k.type == DType::kF16 || Quantized(k); }
 
 // oneDNN 2.6 has no f16 matmul on CPUs, so F16 rows are converted tile by tile, in one of two ways:
 // - kF32: to f32, for f32 products of the same operands as MatMul's F16 kernels;
@@ -95,15 +106,20 @@ absl::Status FromDnnl(const dnnl::error& e, std::string_view what) {
 // -t 2, Zen 4, f32 tiles of 2 / 4 / 8 / 16 / 32 MiB: 231-247 / 272-280 / 250-253 / 276-298 / 274-293 tok/s in two
 // rounds (2026-12-04, before tiles' products went to a dense buffer).
 constexpr size_t kF16TileBytes = size_t{1} << 24;
+// Quantized rows' bf16 tiles stay about the size of a core's L2, so that oneDNN reads what the dequantizer just
+// wrote from there: Q4_K / Q6_K at 512 x 4096 x 4096, -t 2, Xeon with AMX, tiles of 1 / 2 / 4 / 8 / 32 MiB:
+// 850 / 1054 / 1040 / 979 / 653 and 766 / 932 / 1083 / 972 / 669 GFLOP/s (2026-12-06).
+constexpr size_t kQuantTileBytes = size_t{1} << 22;
+constexpr int64_t kTileLdPad = 32;
 
 struct Shape {
   F16Route f16 = F16Route::kF32;    // how F16 rows are converted (F16 only)
   // What the source and the weights are in: f32, or bf16.
   memory::data_type dt = memory::data_type::f32;
   int64_t k_dim = 0;                // the product's inner dimension: cols, or 3 * cols for kBf16Split
-  int64_t tile_rows = 0;            // rows per product: all of them, or an F16 tile's
-  memory::desc weights;             // [k_dim, tile_rows]: over the file's rows, or over an F16 tile's converted copy
-  dnnl::matmul fixed, any, tail;    // batches of max_tokens; of any size (runtime M); F16's last, shorter tile
+  int64_t tile_rows = 0;            // rows per product: all of them, or a converted tile's
+  memory::desc weights;             // [k_dim, tile_rows]: over the file's rows, or over a tile's converted copy
+  dnnl::matmul fixed, any, tail;    // batches of max_tokens; of any size (runtime M); the last, shorter tile
   bool has_fixed = false, has_tail = false;
   size_t fixed_scratch = 0, any_scratch = 0, tail_scratch = 0;
   std::string fixed_impl, any_impl;
@@ -116,24 +132,46 @@ size_t ElemBytes(const Shape& s) { return s.dt == memory::data_type::bf16 ? size
 // fallback (gemm:jit) ran f32 at 171 GFLOP/s against brgemm's 207 on a Zen 4 (512 x 4096 x 1024, two threads).
 bool Tiled(const ShapeKey& k, const Shape& s) { return s.tile_rows < k.rows; }
 
-// The converted activations, [n_tok, k_dim] (F32 reads x in place); then F16's tile of converted rows; then a
+// Values between one column's and the next in a converted tile of n rows: for quantized rows, n and 32 more, so
+// that the dequantizer's 16-row stores down a column do not all fall in one cache set (n is a multiple of 64).
+int64_t TileLd(const ShapeKey& k, int64_t n) { return Quantized(k) ? n + kTileLdPad : n; }
+
+// The converted activations, [n_tok, k_dim] (F32 reads x in place); then the tile of converted rows; then a
 // tile's product.
 size_t SrcBytes(const ShapeKey& k, const Shape& s, int64_t n_tok) {
   return k.type == DType::kF32 ? 0 : AlignUp(ElemBytes(s) * static_cast<size_t>(n_tok * s.k_dim));
 }
 size_t TileBytes(const ShapeKey& k, const Shape& s) {
-  return k.type == DType::kF16 ? AlignUp(ElemBytes(s) * static_cast<size_t>(s.tile_rows * s.k_dim)) : 0;
+  return Converted(k) ? AlignUp(ElemBytes(s) * static_cast<size_t>(TileLd(k, s.tile_rows) * s.k_dim)) : 0;
 }
 size_t ActBytes(const ShapeKey& k, const Shape& s, int64_t n_tok) {
   const size_t out = Tiled(k, s) ? AlignUp(sizeof(float) * static_cast<size_t>(n_tok * s.tile_rows)) : 0;
   return SrcBytes(k, s, n_tok) + TileBytes(k, s) + out;
 }
 
-// F16 tiles of rows about tile_bytes, a multiple of 64 rows.
+// Converted tiles of rows about tile_bytes, a multiple of 64 rows (so of a packed group's 16).
 int64_t TileRowsOf(const ShapeKey& k, const Shape& s, size_t tile_bytes) {
-  if (k.type != DType::kF16) return k.rows;
+  if (!Converted(k)) return k.rows;
   const auto fit = static_cast<int64_t>(tile_bytes / (ElemBytes(s) * static_cast<size_t>(s.k_dim)));
   return std::min(k.rows, std::max<int64_t>(64, fit / 64 * 64));
+}
+
+// The weights of a tile of n rows: a converted tile's, [k_dim, n] with its rows' values for one column n apart for
+// quantized rows (packed_dequant.h) and k_dim apart for F16 rows ("ba": row r's values at r * k_dim).
+memory::desc TileWeights(const ShapeKey& k, const Shape& s, int64_t n) {
+  if (!Quantized(k)) return memory::desc({s.k_dim, n}, s.dt, {1, s.k_dim});
+  return memory::desc({s.k_dim, n}, s.dt, {TileLd(k, n), 1});
+}
+
+// Packed rows r0.. of w, n of them (both multiples of 16), into a bf16 tile whose columns are ld apart.
+void DequantizeRows(const WeightMatrix& w, int64_t r0, int64_t n, void* tile, int64_t ld, int n_threads) {
+  constexpr int64_t kGroupsPerCall = 4;  // 64 rows: two whole cache lines of a column (DequantizePacked)
+  const int64_t groups = n / kPackRows;
+#pragma omp parallel for num_threads(n_threads) schedule(static)
+  for (int64_t g = 0; g < groups; g += kGroupsPerCall) {
+    DequantizePacked(w, r0 / kPackRows + g, std::min(kGroupsPerCall, groups - g),
+                     static_cast<bf16_t*>(tile) + kPackRows * g, ld);
+  }
 }
 
 // F16 rows r0.. of w, n of them, into a tile of the route's rows ([k_dim] each, dense).
@@ -155,7 +193,8 @@ void ConvertF16Rows(const ShapeKey& k, const Shape& s, const void* data, int64_t
 }
 
 // The activations as the route reads them: llama.cpp's rounding for the weight type (bf16 for BF16, f16 for F16,
-// through MatMul's converter), and for kBf16Split rows [xhi | xlo | xhi] of the f16-rounded values.
+// through MatMul's converter), bf16 for quantized weights, and for kBf16Split rows [xhi | xlo | xhi] of the
+// f16-rounded values.
 void ConvertActivations(const ShapeKey& k, const Shape& s, const float* x, int64_t n_tok, void* src, int n_threads) {
   const int64_t cols = k.cols;
   const Isa isa = ActiveIsa();
@@ -167,7 +206,8 @@ void ConvertActivations(const ShapeKey& k, const Shape& s, const float* x, int64
       for (int64_t c = 0; c < cols; ++c) PutSplit(RoundThroughHalf(xt[c]), b + c, cols, 1);
     } else {
       auto* row = static_cast<uint8_t*>(src) + ElemBytes(s) * static_cast<size_t>(t * cols);
-      internal::ConvertActivationRow(k.type == DType::kBF16 ? DType::kBF16 : DType::kF16, xt, row, cols, isa);
+      const DType as = k.type == DType::kBF16 || Quantized(k) ? DType::kBF16 : DType::kF16;
+      internal::ConvertActivationRow(as, xt, row, cols, isa);
     }
   }
 }
@@ -184,17 +224,61 @@ bool OneDnnEnabled() {
 
 bool OneDnnTakesType(DType type) { return type == DType::kF32 || type == DType::kBF16 || type == DType::kF16; }
 
+namespace {
+
+uint64_t Bit(DType type) { return uint64_t{1} << (static_cast<int>(type) & 63); }
+
+// TANDEM_ONEDNN_QUANT as a mask; nullopt when unset.
+std::optional<uint64_t> QuantTypesFromEnv() {
+  static const std::optional<uint64_t> mask = []() -> std::optional<uint64_t> {
+    const char* v = std::getenv("TANDEM_ONEDNN_QUANT");
+    if (v == nullptr || *v == '\0') return std::nullopt;
+    if (std::strcmp(v, "all") == 0) return ~uint64_t{0};
+    uint64_t m = 0;
+    for (absl::string_view name : absl::StrSplit(v, ',')) {
+      const std::optional<DType> t = DTypeFromName(std::string_view(name.data(), name.size()));
+      if (t.has_value()) m |= Bit(*t);
+    }
+    return m;
+  }();
+  return mask;
+}
+
+std::atomic<int64_t> g_quant_min_tokens[64];  // by DType; zero-initialised: static storage
+
+}  // namespace
+
+bool OneDnnQuantTakesType(DType type) { return internal::PackedBlockBytes(type) > 0; }
+
+int64_t OneDnnQuantMinTokens(DType type) {
+  if (!OneDnnQuantTakesType(type)) return 0;
+  if (const std::optional<uint64_t> env = QuantTypesFromEnv(); env.has_value()) {
+    return (*env & Bit(type)) != 0 ? kOneDnnMaxDecodeTokens + 1 : 0;
+  }
+  return g_quant_min_tokens[static_cast<int>(type) & 63].load(std::memory_order_relaxed);
+}
+
+void SetOneDnnQuantMinTokens(std::span<const OneDnnQuantSetting> settings) {
+  for (auto& v : g_quant_min_tokens) v.store(0, std::memory_order_relaxed);
+  for (const OneDnnQuantSetting& s : settings) {
+    const int64_t min = s.min_tokens > kOneDnnMaxDecodeTokens ? s.min_tokens : kOneDnnMaxDecodeTokens + 1;
+    g_quant_min_tokens[static_cast<int>(s.type) & 63].store(min, std::memory_order_relaxed);
+  }
+}
+
 double OneDnnPeakOpsPerCycle(DType type) {
   constexpr double kAmxBf16 = 2048;
   if (!AmxHere()) return 0;
-  if (type == DType::kBF16) return kAmxBf16;
+  if (type == DType::kBF16 || OneDnnQuantTakesType(type)) return kAmxBf16;
   if (type == DType::kF16 && F16RouteHere() == F16Route::kBf16Split) return kAmxBf16 / 3;  // three products
   return 0;
 }
 
 struct OneDnnMatMuls::Impl {
   F16Route f16 = F16Route::kAuto;
+  OneDnnQuant quant = OneDnnQuant::kAuto;
   size_t f16_tile_bytes = kF16TileBytes;
+  size_t quant_tile_bytes = kQuantTileBytes;
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   int64_t max_tokens = 0;
   absl::flat_hash_map<ShapeKey, Shape> shapes;
@@ -222,23 +306,32 @@ struct OneDnnMatMuls::Impl {
 
 OneDnnMatMuls::OneDnnMatMuls(const OneDnnOptions& options) : impl_(std::make_unique<Impl>()) {
   impl_->f16 = options.f16 == F16Route::kAuto ? F16RouteHere() : options.f16;
+  impl_->quant = options.quant;
   if (options.f16_tile_bytes != 0) impl_->f16_tile_bytes = options.f16_tile_bytes;
+  if (options.quant_tile_bytes != 0) impl_->quant_tile_bytes = options.quant_tile_bytes;
 }
 OneDnnMatMuls::~OneDnnMatMuls() = default;
 
+bool OneDnnMatMuls::Routable(const WeightMatrix& w) const {
+  if (w.rows < kOneDnnMinRows || w.cols == 0) return false;
+  if (w.layout == kGgufLayout) return OneDnnTakesType(w.type);
+  if (!CanDequantizePacked(w) || impl_->quant == OneDnnQuant::kNone) return false;
+  return impl_->quant == OneDnnQuant::kAll || OneDnnQuantMinTokens(w.type) > 0;
+}
+
 absl::StatusOr<bool> OneDnnMatMuls::Prepare(const WeightMatrix& w) {
-  if (!OneDnnTakesType(w.type) || w.layout != kGgufLayout || w.rows < kOneDnnMinRows || w.cols == 0) return false;
+  if (!Routable(w)) return false;
   const ShapeKey k = KeyOf(w);
   if (impl_->shapes.contains(k)) return true;
   try {
     Shape s;
     if (k.type == DType::kF16) s.f16 = impl_->f16;
     const bool split = k.type == DType::kF16 && s.f16 == F16Route::kBf16Split;
-    s.dt = k.type == DType::kBF16 || split ? memory::data_type::bf16 : memory::data_type::f32;
+    s.dt = k.type == DType::kBF16 || split || Quantized(k) ? memory::data_type::bf16 : memory::data_type::f32;
     s.k_dim = split ? 3 * k.cols : k.cols;
-    s.tile_rows = TileRowsOf(k, s, impl_->f16_tile_bytes);
-    if (k.type == DType::kF16) {  // a dense tile: row r's k_dim values at r * k_dim
-      s.weights = memory::desc({s.k_dim, s.tile_rows}, s.dt, {1, s.k_dim});
+    s.tile_rows = TileRowsOf(k, s, Quantized(k) ? impl_->quant_tile_bytes : impl_->f16_tile_bytes);
+    if (Converted(k)) {
+      s.weights = TileWeights(k, s, s.tile_rows);
     } else {  // W[r][c] at r * stride + c: element (c, r) of a [cols, rows] matrix with strides (1, stride)
       const auto elem = static_cast<int64_t>(Traits(w.type).block_bytes);
       if (static_cast<int64_t>(k.row_stride) % elem != 0) return false;
@@ -251,8 +344,7 @@ absl::StatusOr<bool> OneDnnMatMuls::Prepare(const WeightMatrix& w) {
     s.any = dnnl::matmul(pd);
     s.any_scratch = pd.scratchpad_desc().get_size();
     if (const int64_t tail = k.rows % s.tile_rows; tail != 0) {
-      const memory::desc tail_weights({s.k_dim, tail}, s.dt, {1, s.k_dim});
-      const auto tail_pd = impl_->Desc(k, s, tail_weights, DNNL_RUNTIME_DIM_VAL, tail);
+      const auto tail_pd = impl_->Desc(k, s, TileWeights(k, s, tail), DNNL_RUNTIME_DIM_VAL, tail);
       s.tail = dnnl::matmul(tail_pd);
       s.has_tail = true;
       s.tail_scratch = tail_pd.scratchpad_desc().get_size();
@@ -302,8 +394,10 @@ size_t OneDnnMatMuls::ScratchFor(const WeightMatrix& w, int64_t n_tok) const {
 }
 
 bool OneDnnMatMuls::Takes(const WeightMatrix& w, int64_t n_tok) const {
-  return n_tok > kOneDnnMaxDecodeTokens && OneDnnTakesType(w.type) && w.layout == kGgufLayout &&
-         impl_->shapes.contains(KeyOf(w));
+  if (n_tok <= kOneDnnMaxDecodeTokens || !impl_->shapes.contains(KeyOf(w))) return false;
+  if (w.layout == kGgufLayout || impl_->quant == OneDnnQuant::kAll) return true;
+  const int64_t min_tokens = OneDnnQuantMinTokens(w.type);  // now: the settings may have changed since Prepare
+  return min_tokens > 0 && n_tok >= min_tokens;
 }
 
 absl::Status OneDnnMatMuls::MatMul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y,
@@ -332,13 +426,16 @@ absl::Status OneDnnMatMuls::MatMul(const WeightMatrix& w, const float* x, int64_
       const int64_t n = std::min(s.tile_rows, k.rows - r0);
       const bool tail = n < s.tile_rows;
       const void* weights = w.data;
-      if (k.type == DType::kF16) {
+      if (Quantized(k)) {
+        DequantizeRows(w, r0, n, tile, TileLd(k, n), n_threads);
+        weights = tile;
+      } else if (k.type == DType::kF16) {
         ConvertF16Rows(k, s, w.data, r0, n, tile, n_threads);
         weights = tile;
       }
       const dnnl::matmul& prim = tail ? s.tail : fixed ? s.fixed : s.any;
       const size_t pad = tail ? s.tail_scratch : fixed ? s.fixed_scratch : s.any_scratch;
-      const memory::desc w_md = tail ? memory::desc({s.k_dim, n}, s.dt, {1, s.k_dim}) : s.weights;
+      const memory::desc w_md = tail ? TileWeights(k, s, n) : s.weights;
       const memory::desc dst_md({n_tok, n}, memory::data_type::f32, {tiled ? n : k.rows, 1});
       const memory::desc pad_md({static_cast<int64_t>(pad)}, memory::data_type::u8, Tag::a);
       memory w_mem(w_md, impl_->engine, const_cast<void*>(weights));

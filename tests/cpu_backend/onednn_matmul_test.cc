@@ -1,7 +1,9 @@
 // oneDNN's float-weight products against the naive reference (MatMulRef: the same activation rounding, double
 // sums), over shapes whose rows and columns are not multiples of any blocking, strided rows, batches of exactly
 // max_tokens (the fixed-size primitive) and of other sizes (runtime M); and through the CPU backend, which must
-// route prefill batches there and leave decode batches to its own kernels.
+// route prefill batches there and leave decode batches to its own kernels. Quantized weights on the AMX route
+// (packed, dequantized to bf16 tiles) against the GGUF rows' dequantized values and the activations, both rounded
+// to bf16, summed in double.
 #include "cpu_backend/onednn_matmul.h"
 
 #include <algorithm>
@@ -12,8 +14,10 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/quant.h"
 #include "cpu_backend/cpu_backend.h"
 #include "cpu_backend/kernels.h"
+#include "cpu_backend/repack.h"
 #include "gtest/gtest.h"
 #include "tests/testutil.h"
 
@@ -127,6 +131,107 @@ TEST(OneDnnMatMul, F16SplitMatchesReference) {
   std::printf("F16 as three bf16 products: worst NMSE %.2e\n", worst);
 }
 
+// Packed rows of `type` (repack.h) and the reference for them: y[t][r] = sum_c bf16(W[r][c]) bf16(x[t][c]) in
+// double, W the GGUF rows' DequantizeRow values.
+struct QuantCase {
+  std::vector<uint8_t> gguf, packed;
+  WeightMatrix w;
+  std::vector<float> w_bf16;  // [rows][cols]
+};
+
+QuantCase MakeQuant(DType type, int64_t rows, int64_t cols) {
+  QuantCase q;
+  const size_t stride = RowBytes(type, cols);
+  q.gguf.resize(stride * static_cast<size_t>(rows));
+  const std::vector<float> f = RandomNormal(static_cast<size_t>(rows * cols), 23);
+  for (int64_t r = 0; r < rows; ++r) {
+    EXPECT_TRUE(QuantizeRow(type, f.data() + r * cols, q.gguf.data() + r * stride, cols, QuantizeEffort::kFast).ok());
+  }
+  const WeightMatrix g{.type = type, .data = q.gguf.data(), .rows = rows, .cols = cols, .row_stride = stride};
+  q.packed.resize(PackedBytes(g));
+  q.w = Repack(g, q.packed.data());
+  q.w_bf16.resize(f.size());
+  for (int64_t r = 0; r < rows; ++r) DequantizeRow(type, q.gguf.data() + r * stride, q.w_bf16.data() + r * cols, cols);
+  for (float& v : q.w_bf16) v = Bf16ToF32(F32ToBf16(v));
+  return q;
+}
+
+std::vector<float> QuantRef(const QuantCase& q, const std::vector<float>& x, int64_t n_tok) {
+  const int64_t rows = q.w.rows, cols = q.w.cols;
+  std::vector<float> y(static_cast<size_t>(n_tok * rows));
+  for (int64_t t = 0; t < n_tok; ++t) {
+    for (int64_t r = 0; r < rows; ++r) {
+      double sum = 0;
+      for (int64_t c = 0; c < cols; ++c) {
+        sum += static_cast<double>(q.w_bf16[static_cast<size_t>(r * cols + c)]) *
+               Bf16ToF32(F32ToBf16(x[static_cast<size_t>(t * cols + c)]));
+      }
+      y[static_cast<size_t>(t * rows + r)] = static_cast<float>(sum);
+    }
+  }
+  return y;
+}
+
+// (type, rows, columns in blocks)
+using QuantShape = std::tuple<DType, int64_t, int64_t>;
+class OneDnnQuantTest : public ::testing::TestWithParam<QuantShape> {};
+
+// Tiles of 128 KiB (of 64 rows at these widths, or fewer rows than the matrix): whole tiles and a shorter last one.
+TEST_P(OneDnnQuantTest, MatchesReference) {
+  const auto [type, rows, blocks] = GetParam();
+  const QuantCase q = MakeQuant(type, rows, blocks * Traits(type).block_elems);
+  constexpr int64_t kMaxTokens = 37;
+  OneDnnMatMuls mm({.quant = OneDnnQuant::kAll, .quant_tile_bytes = 1 << 17});
+  ASSERT_TRUE(mm.SetMaxTokens(kMaxTokens).ok());
+  const absl::StatusOr<bool> taken = mm.Prepare(q.w);
+  ASSERT_TRUE(taken.ok()) << taken.status();
+  if (!*taken) GTEST_SKIP() << "oneDNN has only its reference bf16 matmul on this CPU";
+  std::vector<uint8_t> scratch(mm.ScratchBytes(kMaxTokens));
+  for (int64_t n_tok : {int64_t{9}, kMaxTokens, int64_t{31}}) {
+    SCOPED_TRACE(n_tok);
+    ASSERT_TRUE(mm.Takes(q.w, n_tok));
+    ASSERT_LE(mm.ScratchFor(q.w, n_tok), scratch.size());
+    const std::vector<float> x = RandomNormal(static_cast<size_t>(n_tok * q.w.cols), 31 + n_tok);
+    std::vector<float> y(static_cast<size_t>(n_tok * rows));
+    Poison(y);
+    ASSERT_TRUE(mm.MatMul(q.w, x.data(), n_tok, y.data(), scratch.data()).ok());
+    EXPECT_LT(Nmse(y, QuantRef(q, x, n_tok)), kTol) << mm.ImplOf(q.w);
+  }
+  EXPECT_FALSE(mm.Takes(q.w, kOneDnnMaxDecodeTokens));
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, OneDnnQuantTest,
+                         ::testing::Combine(::testing::Values(DType::kQ4_0, DType::kQ8_0, DType::kMXFP4, DType::kQ4_K,
+                                                              DType::kQ5_K, DType::kQ6_K),
+                                            ::testing::Values(kOneDnnMinRows, int64_t{528}, int64_t{1040}),
+                                            ::testing::Values(int64_t{1}, int64_t{3})));
+
+// The route's settings: off by default, on from the batch calibration found (SetOneDnnQuantMinTokens), and the
+// matrices Prepare saw only while on.
+TEST(OneDnnMatMul, QuantRouteFollowsItsSettings) {
+  if (std::getenv("TANDEM_ONEDNN_QUANT") != nullptr) GTEST_SKIP() << "TANDEM_ONEDNN_QUANT overrides the settings";
+  const QuantCase q = MakeQuant(DType::kQ4_K, kOneDnnMinRows, 256);
+  SetOneDnnQuantMinTokens({});
+  EXPECT_EQ(OneDnnQuantMinTokens(DType::kQ4_K), 0);
+  OneDnnMatMuls off;
+  EXPECT_FALSE(*off.Prepare(q.w));
+  const OneDnnQuantSetting on[] = {{DType::kQ4_K, 20}};
+  SetOneDnnQuantMinTokens(on);
+  EXPECT_EQ(OneDnnQuantMinTokens(DType::kQ4_K), 20);
+  EXPECT_EQ(OneDnnQuantMinTokens(DType::kQ6_K), 0);
+  OneDnnMatMuls mm;
+  ASSERT_TRUE(mm.SetMaxTokens(32).ok());
+  if (!*mm.Prepare(q.w)) GTEST_SKIP() << "oneDNN has only its reference bf16 matmul on this CPU";
+  EXPECT_FALSE(mm.Takes(q.w, 19));
+  EXPECT_TRUE(mm.Takes(q.w, 20));
+  const QuantCase gguf_rows = MakeQuant(DType::kQ4_K, kOneDnnMinRows, 256);
+  WeightMatrix file = gguf_rows.w;
+  file.data = gguf_rows.gguf.data();
+  file.layout = kGgufLayout;
+  EXPECT_FALSE(*mm.Prepare(file));  // quantized rows only packed
+  SetOneDnnQuantMinTokens({});
+}
+
 TEST(OneDnnMatMul, TakesOnlyFloatWeightsOfTheFileLayout) {
   OneDnnMatMuls mm;
   std::vector<uint8_t> bytes(RowBytes(DType::kQ8_0, 64) * 16);
@@ -167,6 +272,54 @@ TEST(OneDnnMatMul, BackendPrefillMatchesReference) {
       EXPECT_LT(Nmse(y, want), kTol) << n_tok << " tokens";
     }
   }
+}
+
+// Through the backend, with the route on from 16 tokens: decode batches and those below stay on MatMul's kernels
+// (equal to MatMulRef), the others take the route, alone (MatMul) or among others (MatMuls).
+TEST(OneDnnMatMul, BackendQuantPrefillTakesTheRoute) {
+  if (std::getenv("TANDEM_ONEDNN_QUANT") != nullptr || !OneDnnEnabled()) GTEST_SKIP() << "settings overridden";
+  const QuantCase q = MakeQuant(DType::kQ6_K, kOneDnnMinRows + 16, 256);
+  const WeightMatrix gguf{.type = DType::kQ6_K, .data = q.gguf.data(), .rows = q.w.rows, .cols = q.w.cols};
+  const OneDnnQuantSetting on[] = {{DType::kQ6_K, 16}};
+  SetOneDnnQuantMinTokens(on);
+  auto be = CreateCpuBackend({});
+  const absl::StatusOr<WeightMatrix> prepared = be->PrepareMatMulWeights(gguf, "w");
+  ASSERT_TRUE(prepared.ok()) << prepared.status();
+  ASSERT_TRUE(IsPacked(*prepared));
+  constexpr int64_t kTok = 24;
+  ASSERT_TRUE(be->ReserveWorkspace({.max_tokens = kTok, .max_cols = gguf.cols, .max_rows = gguf.rows, .n_ctx = 16,
+                                    .n_head = 1}).ok());
+  OneDnnMatMuls probe({.quant = OneDnnQuant::kAll});
+  const bool routed = *probe.Prepare(*prepared);  // oneDNN has more than its reference bf16 matmul here
+  for (int64_t n_tok : {int64_t{1}, int64_t{15}, int64_t{16}, kTok}) {
+    SCOPED_TRACE(n_tok);
+    const std::vector<float> x = RandomNormal(static_cast<size_t>(n_tok * gguf.cols), 5);
+    const bool via_route = routed && n_tok >= 16;
+    std::vector<float> want(static_cast<size_t>(n_tok * gguf.rows));
+    if (via_route) {
+      want = QuantRef(q, x, n_tok);
+    } else {
+      MatMulRef(gguf, x.data(), n_tok, want.data());
+    }
+    for (bool batched : {false, true}) {
+      std::vector<float> y(want.size()), other(want.size());
+      Poison(y);
+      if (batched) {
+        const MatMulOutput outs[] = {{&*prepared, y.data()}, {&*prepared, other.data()}};
+        be->MatMuls(outs, x.data(), n_tok);
+      } else {
+        be->MatMul(*prepared, x.data(), n_tok, y.data());
+      }
+      ASSERT_TRUE(be->TakeError().ok());
+      EXPECT_LT(Nmse(y, want), via_route ? kTol : 1e-8) << (batched ? "MatMuls" : "MatMul");
+    }
+  }
+  SetOneDnnQuantMinTokens({});
+  std::vector<float> x = RandomNormal(static_cast<size_t>(kTok * gguf.cols), 5), y(kTok * gguf.rows);
+  std::vector<float> want(y.size());
+  be->MatMul(*prepared, x.data(), kTok, y.data());  // the route off again: MatMul's kernels
+  MatMulRef(gguf, x.data(), kTok, want.data());
+  EXPECT_LT(Nmse(y, want), 1e-8);
 }
 
 }  // namespace

@@ -47,6 +47,18 @@ std::string ModelOf(const GoldenCase& c) {
 
 std::ostream& operator<<(std::ostream& os, const GoldenCase& c) { return os << c.golden; }
 
+// Whether this run holds a model to exact math's distance instead of the tighter bound: the slower kernel paths
+// (TANDEM_ISA), and quantized prefill through oneDNN's bf16 route (cpu_backend/onednn_matmul.h), which rounds the
+// activations to bf16 instead of to llama.cpp's 8-bit blocks. Asked after the engine opened (its profile's
+// settings are applied then).
+bool HeldToExactMath() {
+  if (std::getenv("TANDEM_ISA") != nullptr) return true;
+  for (DType t : {DType::kQ4_0, DType::kQ8_0, DType::kMXFP4, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+    if (cpu::OneDnnEnabled() && cpu::OneDnnQuantMinTokens(t) > 0) return true;
+  }
+  return false;
+}
+
 // The context llama.cpp ran the golden with: 256, or more for a long prompt.
 int ContextOf(const nlohmann::json& g) {
   return std::max(256, g["settings"].value("n_ctx", 256));
@@ -134,7 +146,7 @@ TEST_P(GoldenTest, MatchesLlamaCpp) {
     logits.insert(logits.end(), all_logits.begin() + p * n_vocab, all_logits.begin() + (p + 1) * n_vocab);
   }
   ASSERT_EQ(logits.size(), want_logits.size());
-  const bool slower_path = std::getenv("TANDEM_ISA") != nullptr;
+  const bool slower_path = HeldToExactMath();
   const double nmse = test::Nmse(logits, want_logits);
   const double max_abs = test::MaxAbsDiff(logits, want_logits);
   EXPECT_LT(nmse, slower_path ? std::max(c.nmse_tol, c.exact_math_nmse) : c.nmse_tol) << "max abs diff " << max_abs;
@@ -242,14 +254,15 @@ TEST_P(GoldenTest, LastRowOnlyMatchesFullPrefill) {
   want_rows.back() = 1;
   EXPECT_EQ(last_layer_rows, want_rows);
   const std::vector<float> want_last(want_logits.end() - n_vocab, want_logits.end());
-  const bool slower_path = std::getenv("TANDEM_ISA") != nullptr;
+  const bool slower_path = HeldToExactMath();
   EXPECT_LT(test::Nmse(last, want_last), slower_path ? std::max(c.nmse_tol, c.exact_math_nmse) : c.nmse_tol);
 
   // Against our own full evaluation: every CPU kernel of ours computes a token's row the same way whatever the
   // batch, so on every kernel path the row is bit-identical. oneDNN's float products (on by default) are not: the
   // one-row product is ours, the whole batch oneDNN's, in another order of f32 sums (F32 models 2.6e-13 to 3.8e-13
   // apart; F16 3.1e-7, as a last-bit difference moves the next product's f16-rounded activations). So then the
-  // two are held to the golden's bound of each other.
+  // two are held to the golden's bound of each other, or to exact math's distance where quantized prefill takes
+  // oneDNN's bf16 route (the chunks of 3 tokens do not: they are decode-sized).
   auto full_engine = Engine::Open(EngineOptions{.model_path = ModelOf(c), .n_ctx = ContextOf(g),
                                                 .n_batch = ContextOf(g), .kv_type = DType::kF32});
   ASSERT_TRUE(full_engine.ok()) << full_engine.status();
@@ -258,7 +271,7 @@ TEST_P(GoldenTest, LastRowOnlyMatchesFullPrefill) {
   ASSERT_TRUE((*full_engine)->Prefill(prompt, 0, /*all_logits=*/true, all.data()).ok());
   const std::vector<float> full_last(all.end() - n_vocab, all.end());
   if (cpu::OneDnnEnabled()) {
-    EXPECT_LT(test::Nmse(last, full_last), c.nmse_tol);
+    EXPECT_LT(test::Nmse(last, full_last), slower_path ? std::max(c.nmse_tol, c.exact_math_nmse) : c.nmse_tol);
   } else {
     EXPECT_EQ(last, full_last) << "NMSE " << test::Nmse(last, full_last);
   }
