@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -93,6 +94,10 @@ double TimeIt(const Sizes& sz, const std::function<void()>& fn) {
 constexpr double kGemvOverProbe = 1.25;
 // A GEMM may reach this share of the ISA's peak at most (the peak below is already a generous one).
 constexpr double kGemmOverPeak = 1.25;
+// Quantized prefill takes oneDNN's bf16 route on AMX (cpu_backend/onednn_matmul.h) only when it measures this much
+// faster than MatMul's kernels: its results are no longer llama.cpp's activation rounding, so a tie keeps ours.
+constexpr double kOneDnnQuantGain = 1.05;
+constexpr std::array<int64_t, 2> kQuantRouteBatches = {256, 512};  // 512: prefill's default batch
 
 // One core's clock: a chain of dependent register adds retires one add per cycle on every x86 core of the last
 // decade. Register, not immediate, operands: newer Intel cores fold chains of immediate adds in the renamer
@@ -305,7 +310,8 @@ absl::StatusOr<MachineProfile> CalibrateCpu(const CalibrateOptions& opts) {
                           .trials = sz.trials};
   };
 
-  const std::vector<float> x = Random(static_cast<size_t>(sz.cols * sz.gemm_tokens), 11);
+  const std::vector<float> x =
+      Random(static_cast<size_t>(sz.cols * std::max(sz.gemm_tokens, kQuantRouteBatches.back())), 11);
   const bool repack = ResolveRepack(opts.repack);
   // A buffer the size of one GEMV's weights (they are all about sz.gemv_bytes), read a few times up front.
   cpu::ReadBandwidthProbe probe(sz.gemv_bytes);
@@ -325,34 +331,62 @@ absl::StatusOr<MachineProfile> CalibrateCpu(const CalibrateOptions& opts) {
 
     WeightMatrix gemm = m.gemv;
     gemm.rows = sz.gemm_rows;  // the first groups (rows) of the same copy
-    // Float weights: the route prefill takes, oneDNN's (cpu_backend/onednn_matmul.h), on as many rows as it needs.
-    cpu::OneDnnMatMuls onednn;
-    bool via_onednn = false;
-    std::vector<uint8_t> onednn_scratch;
-    if (cpu::OneDnnEnabled() && cpu::OneDnnTakesType(type) && m.gemv.rows >= cpu::kOneDnnMinRows) {
+    // Float weights take oneDNN's route for prefill (cpu_backend/onednn_matmul.h), measured on as many rows as it
+    // needs. Quantized ones may take it on AMX (full calibrations): from the smallest of kQuantRouteBatches at
+    // which it measures kOneDnnQuantGain faster than MatMul's kernels. The type's rate stays the kernels' at
+    // sz.gemm_tokens, which is what the cost model's prefill assumes.
+    const bool float_route = cpu::OneDnnEnabled() && cpu::OneDnnTakesType(type);
+    const bool quant_route = !opts.quick && cpu::OneDnnEnabled() && cpu::IsPacked(gemm) &&
+                             cpu::OneDnnQuantTakesType(type) && cpu::OneDnnPeakOpsPerCycle(type) > 0;
+    if ((float_route || quant_route) && m.gemv.rows >= cpu::kOneDnnMinRows) {
       gemm.rows = std::max(gemm.rows, cpu::kOneDnnMinRows);
-      TANDEM_RETURN_IF_ERROR(onednn.SetMaxTokens(sz.gemm_tokens));
-      TANDEM_ASSIGN_OR_RETURN(via_onednn, onednn.Prepare(gemm));
-      onednn_scratch.resize(onednn.ScratchBytes(sz.gemm_tokens));
-      y.resize(std::max(y.size(), static_cast<size_t>(gemm.rows * sz.gemm_tokens)));
     }
-    const double ops = std::max(PeakOpsPerCycle(cpu::ActiveIsa()), via_onednn ? cpu::OneDnnPeakOpsPerCycle(type) : 0);
-    const double flops = 2.0 * static_cast<double>(gemm.rows) * sz.cols * sz.gemm_tokens;
-    absl::Status run_status;
-    auto run = [&] {
-      if (!via_onednn) return cpu::MatMul(gemm, x.data(), sz.gemm_tokens, y.data(), scratch.get());
-      if (absl::Status st = onednn.MatMul(gemm, x.data(), sz.gemm_tokens, y.data(), onednn_scratch.data()); !st.ok()) {
-        run_status = st;
+    const bool onednn_fits = gemm.rows >= cpu::kOneDnnMinRows;
+    const int64_t max_tok = quant_route ? std::max(sz.gemm_tokens, kQuantRouteBatches.back()) : sz.gemm_tokens;
+    y.resize(std::max(y.size(), static_cast<size_t>(gemm.rows * max_tok)));
+    if (max_tok > sz.gemm_tokens) scratch = HostAlloc(cpu::MatMulScratchBytes(type, sz.cols, max_tok));
+    auto measure_gemm = [&](bool try_onednn, int64_t n_tok) -> absl::StatusOr<Figure> {
+      cpu::OneDnnMatMuls onednn({.quant = cpu::OneDnnQuant::kAll});
+      bool via_onednn = false;
+      std::vector<uint8_t> onednn_scratch;
+      if (try_onednn) {
+        TANDEM_RETURN_IF_ERROR(onednn.SetMaxTokens(n_tok));
+        TANDEM_ASSIGN_OR_RETURN(via_onednn, onednn.Prepare(gemm));
+        onednn_scratch.resize(onednn.ScratchBytes(n_tok));
       }
+      const double ops =
+          std::max(PeakOpsPerCycle(cpu::ActiveIsa()), via_onednn ? cpu::OneDnnPeakOpsPerCycle(type) : 0);
+      const double flops = 2.0 * static_cast<double>(gemm.rows) * sz.cols * n_tok;
+      absl::Status run_status;
+      auto run = [&] {
+        if (!via_onednn) return cpu::MatMul(gemm, x.data(), n_tok, y.data(), scratch.get());
+        if (absl::Status st = onednn.MatMul(gemm, x.data(), n_tok, y.data(), onednn_scratch.data()); !st.ok()) {
+          run_status = st;
+        }
+      };
+      std::string what = name + " GEMM";
+      if (n_tok != sz.gemm_tokens) what += Cat(" at ", n_tok, " tokens", via_onednn ? " (oneDNN bf16)" : "");
+      TANDEM_ASSIGN_OR_RETURN(const Figure fig, MeasureFigure(gemm_figure(what), [&] {
+        const double gflops = flops / TimeIt(sz, run) / 1e9;
+        return Trial{.value = gflops, .upper = cores * p.cpu_clock_ghz * ops * kGemmOverPeak};
+      }));
+      TANDEM_RETURN_IF_ERROR(run_status);
+      return fig;
     };
-    TANDEM_ASSIGN_OR_RETURN(const Figure gemm_fig, MeasureFigure(gemm_figure(name + " GEMM"), [&] {
-      const double gflops = flops / TimeIt(sz, run) / 1e9;
-      return Trial{.value = gflops, .upper = cores * p.cpu_clock_ghz * ops * kGemmOverPeak};
-    }));
-    TANDEM_RETURN_IF_ERROR(run_status);
+    TANDEM_ASSIGN_OR_RETURN(const Figure gemm_fig, measure_gemm(float_route && onednn_fits, sz.gemm_tokens));
+    for (const int64_t n_tok : kQuantRouteBatches) {
+      if (!quant_route || !onednn_fits) break;
+      TANDEM_ASSIGN_OR_RETURN(const Figure kernels, measure_gemm(false, n_tok));
+      TANDEM_ASSIGN_OR_RETURN(const Figure via_onednn, measure_gemm(true, n_tok));
+      if (via_onednn.median > kOneDnnQuantGain * kernels.median) {
+        p.cpu_onednn_quant_min_tokens[type] = n_tok;
+        break;
+      }
+    }
     p.cpu_gemm_gflops[type] = gemm_fig.median;
     p.cpu_gemm_spread[type] = gemm_fig.spread;
   }
+  ApplyKernelSettings(p);
 
   {  // Attention over an F16 cache, Mixtral-like heads.
     const int n_head = 32, n_head_kv = 8, head_dim = 128;

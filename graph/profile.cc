@@ -9,10 +9,12 @@
 #include <optional>
 #include <sstream>
 #include <utility>
+#include <vector>
 
 #include "core/status.h"
 #include "core/topology.h"
 #include "cpu_backend/kernels.h"
+#include "cpu_backend/onednn_matmul.h"
 #include "nlohmann/json.hpp"
 
 namespace tandem {
@@ -48,6 +50,28 @@ absl::Status RatesFromJson(const json& j, const char* key, std::map<DType, doubl
       return InvalidArgument("profile: '", key, ".", name, "' must be a number ", positive ? "> 0" : ">= 0");
     }
     (*out)[*t] = value.get<double>();
+  }
+  return absl::OkStatus();
+}
+
+// A map of type name -> batch size: types the route takes (onednn_matmul.h), batches above decode.
+absl::Status QuantMinTokensFromJson(const json& j, const char* key, std::map<DType, int64_t>* out) {
+  if (!j.contains(key)) return absl::OkStatus();
+  const json& m = j.at(key);
+  if (!m.is_object()) return InvalidArgument("profile: '", key, "' must be an object of type name -> tokens");
+  out->clear();
+  for (const auto& [name, value] : m.items()) {
+    const std::optional<DType> t = DTypeFromName(name);
+    if (!t || !cpu::OneDnnQuantTakesType(*t)) {
+      return InvalidArgument("profile: '", key, "' names '", name, "', not a packed quantized type (Q4_0, Q8_0, ",
+                             "MXFP4, Q4_K, Q5_K, Q6_K)");
+    }
+    if (!value.is_number_integer() || value.get<int64_t>() <= cpu::kOneDnnMaxDecodeTokens ||
+        value.get<int64_t>() > (int64_t{1} << 20)) {
+      return InvalidArgument("profile: '", key, ".", name, "' must be a batch size in ",
+                             cpu::kOneDnnMaxDecodeTokens + 1, "..1048576");
+    }
+    (*out)[*t] = value.get<int64_t>();
   }
   return absl::OkStatus();
 }
@@ -131,6 +155,9 @@ std::string_view ProfileKindName(ProfileKind k) {
 }
 
 void ApplyKernelSettings(const MachineProfile& p) {
+  std::vector<cpu::OneDnnQuantSetting> quant;
+  for (const auto& [type, min_tokens] : p.cpu_onednn_quant_min_tokens) quant.push_back({type, min_tokens});
+  cpu::SetOneDnnQuantMinTokens(quant);  // TANDEM_ONEDNN_QUANT, where set, wins
   if (p.cpu_decode_prefetch_bytes < 0 || std::getenv("TANDEM_DECODE_PREFETCH") != nullptr) return;
   cpu::SetDecodePrefetchBytes(static_cast<size_t>(p.cpu_decode_prefetch_bytes));
 }
@@ -160,6 +187,10 @@ std::string ProfileToJson(const MachineProfile& p) {
   j["gpu_description"] = p.gpu_description;
   j["cpu_decode_prefetch_bytes"] = p.cpu_decode_prefetch_bytes;
   j["cpu_decode_prefetch_gain"] = p.cpu_decode_prefetch_gain;
+  j["cpu_onednn_quant_min_tokens"] = json::object();
+  for (const auto& [type, n] : p.cpu_onednn_quant_min_tokens) {
+    j["cpu_onednn_quant_min_tokens"][std::string(DTypeName(type))] = n;
+  }
   j["cpu_clock_ghz"] = p.cpu_clock_ghz;
   j["others_cpu_share"] = p.others_cpu_share;
   j["cpu_gemv_spread"] = RatesToJson(p.cpu_gemv_spread);
@@ -227,6 +258,7 @@ absl::StatusOr<MachineProfile> ProfileFromJson(const std::string& text) {
     p.cpu_decode_prefetch_bytes = v.get<int64_t>();
   }
   TANDEM_RETURN_IF_ERROR(ReadNumber(j, "cpu_decode_prefetch_gain", true, &p.cpu_decode_prefetch_gain));
+  TANDEM_RETURN_IF_ERROR(QuantMinTokensFromJson(j, "cpu_onednn_quant_min_tokens", &p.cpu_onednn_quant_min_tokens));
   TANDEM_RETURN_IF_ERROR(ReadNumber(j, "cpu_clock_ghz", false, &p.cpu_clock_ghz));
   TANDEM_RETURN_IF_ERROR(ReadNumber(j, "others_cpu_share", false, &p.others_cpu_share));
   if (p.others_cpu_share > 1) return InvalidArgument("profile: 'others_cpu_share' must be at most 1");

@@ -76,6 +76,13 @@ void PrintProfile(const MachineProfile& p) {
     std::printf("  decode prefetch %lld bytes (%.2fx the GB/s of none)\n",
                 static_cast<long long>(p.cpu_decode_prefetch_bytes), p.cpu_decode_prefetch_gain);
   }
+  if (!p.cpu_onednn_quant_min_tokens.empty()) {
+    std::string routes;
+    for (const auto& [type, n] : p.cpu_onednn_quant_min_tokens) {
+      routes += Cat(routes.empty() ? "" : ", ", DTypeName(type), " from ", n, " tokens");
+    }
+    std::printf("  prefill through oneDNN's bf16 matmul (AMX): %s\n", routes.c_str());
+  }
   if (p.has_gpu) {
     if (!p.gpu_description.empty()) std::printf("%s\n", p.gpu_description.c_str());
     std::printf("%s (%.1f GiB)\n  H2D %.2f GB/s, GEMV %.1f GB/s, GEMM %.1f GFLOP/s, launch %.1f us, sync %.1f us\n",

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cpu_backend/kernels.h"
+#include "cpu_backend/onednn_matmul.h"
 #include "graph/calibrate.h"
 #include "graph/planning.h"
 #include "graph/profile.h"
@@ -121,6 +122,7 @@ class ProfileCache : public ::testing::Test {
     p.cpu_gemv_gbps = {{DType::kQ4_0, q4_0_gbps}};
     p.cpu_gemv_spread = {{DType::kQ4_0, 0.07}};
     p.cpu_decode_prefetch_bytes = 4096;
+    p.cpu_onednn_quant_min_tokens = {{DType::kQ4_K, 256}};
     p.measured_at = "2026-12-01T12:00:00Z";
     return p;
   }
@@ -152,6 +154,25 @@ TEST_F(ProfileCache, RecordsItsHostSpreadDateAndSettings) {
   EXPECT_FALSE(ProfileFromJson(R"({"kind": "fast"})").ok());
   EXPECT_FALSE(ProfileFromJson(R"({"host": {"cores": -1}})").ok());
   EXPECT_FALSE(ProfileFromJson(R"({"cpu_decode_prefetch_bytes": -7})").ok());
+  EXPECT_EQ(back.cpu_onednn_quant_min_tokens, p.cpu_onednn_quant_min_tokens);
+  for (const char* bad : {R"({"cpu_onednn_quant_min_tokens": ["Q4_K"]})",
+                          R"({"cpu_onednn_quant_min_tokens": {"F16": 256}})",
+                          R"({"cpu_onednn_quant_min_tokens": {"Q4_K": 8}})",
+                          R"({"cpu_onednn_quant_min_tokens": {"Q4_K": 2.5}})"}) {
+    const absl::StatusOr<MachineProfile> r = ProfileFromJson(bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("cpu_onednn_quant_min_tokens"), std::string::npos) << r.status();
+  }
+}
+
+// The profile's choice of quantized prefill route reaches the kernels, and a profile without one turns it off.
+TEST_F(ProfileCache, KernelSettingsSetTheQuantizedPrefillRoute) {
+  if (std::getenv("TANDEM_ONEDNN_QUANT") != nullptr) GTEST_SKIP() << "the environment sets the route";
+  ApplyKernelSettings(Measured(ProfileKind::kFull, 30));
+  EXPECT_EQ(cpu::OneDnnQuantMinTokens(DType::kQ4_K), 256);
+  EXPECT_EQ(cpu::OneDnnQuantMinTokens(DType::kQ6_K), 0);
+  ApplyKernelSettings(DefaultProfile(false));
+  EXPECT_EQ(cpu::OneDnnQuantMinTokens(DType::kQ4_K), 0);
 }
 
 TEST_F(ProfileCache, AProfileOfAnotherHostIsDetected) {
