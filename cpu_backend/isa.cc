@@ -63,24 +63,30 @@ namespace {
 constexpr size_t kIntelDecodePrefetch = 4096;
 // SIZE_MAX until first use.
 std::atomic<size_t> g_decode_prefetch{SIZE_MAX};
-}  // namespace
+std::atomic<size_t> g_row_prefetch{SIZE_MAX};
 
-size_t DecodePrefetchBytes() {
-  size_t v = g_decode_prefetch.load(std::memory_order_relaxed);
+// The setting's value, decided on first use: the vendor default, or the environment's `env` where it holds a byte
+// count up to 1 MiB.
+size_t PrefetchSetting(std::atomic<size_t>& setting, const char* env) {
+  size_t v = setting.load(std::memory_order_relaxed);
   if (v == SIZE_MAX) {
     __builtin_cpu_init();
     v = __builtin_cpu_is("intel") ? kIntelDecodePrefetch : 0;
-    if (const char* env = std::getenv("TANDEM_DECODE_PREFETCH"); env != nullptr) {
+    if (const char* text = std::getenv(env); text != nullptr) {
       char* end = nullptr;
-      const unsigned long long bytes = std::strtoull(env, &end, 10);
-      if (end != env && *end == '\0' && bytes <= (size_t{1} << 20)) v = static_cast<size_t>(bytes);
+      const unsigned long long bytes = std::strtoull(text, &end, 10);
+      if (end != text && *end == '\0' && bytes <= (size_t{1} << 20)) v = static_cast<size_t>(bytes);
     }
     size_t expected = SIZE_MAX;
-    if (!g_decode_prefetch.compare_exchange_strong(expected, v)) v = expected;
+    if (!setting.compare_exchange_strong(expected, v)) v = expected;
   }
   return v;
 }
+}  // namespace
 
+size_t DecodePrefetchBytes() { return PrefetchSetting(g_decode_prefetch, "TANDEM_DECODE_PREFETCH"); }
 void SetDecodePrefetchBytes(size_t bytes) { g_decode_prefetch.store(bytes, std::memory_order_relaxed); }
+size_t RowPrefetchBytes() { return PrefetchSetting(g_row_prefetch, "TANDEM_ROW_PREFETCH"); }
+void SetRowPrefetchBytes(size_t bytes) { g_row_prefetch.store(bytes, std::memory_order_relaxed); }
 
 }  // namespace tandem::cpu

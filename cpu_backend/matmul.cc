@@ -206,11 +206,11 @@ void MatMul(const WeightMatrix& w, const float* x, int64_t n_tok, float* y, void
     chunk_rows = std::min<int64_t>(chunk_rows, std::max<size_t>(1, internal::kChunkBytesPrefill / w_stride));
   }
   const int64_t n_chunks = (w.rows + chunk_rows - 1) / chunk_rows;
-  // One token streams each row once. On Intel (DecodePrefetchBytes) rows are prefetched ahead: by the AVX-512
-  // K-quant kernels themselves, a super-block at a time, and for the other kernels here, a row before each call
-  // (F16 on the Intel host: 20.0-20.3 GB/s against 16.7-19.9; docs/performance.md).
+  // One token streams each row once. Where measured faster, rows are prefetched ahead: by the AVX-512 K-quant
+  // kernels themselves, a super-block at a time (DecodePrefetchBytes), and for the other kernels here, a row before
+  // each call (RowPrefetchBytes; F16 on one Intel host: 20.0-20.3 GB/s against 16.7-19.9, docs/performance.md).
   const size_t row_prefetch =
-      n_tok == 1 && !(isa == Isa::kAvx512 && internal::Avx512VecDotPrefetches(w.type)) ? DecodePrefetchBytes() : 0;
+      n_tok == 1 && !(isa == Isa::kAvx512 && internal::Avx512VecDotPrefetches(w.type)) ? RowPrefetchBytes() : 0;
 
 #pragma omp parallel num_threads(n_threads)
   {

@@ -243,19 +243,26 @@ TEST_P(MatMulTest, OneAndTwoThreadsAgree) {
   EXPECT_LT(Nmse(one, p.ref), kTol.at(type));  // and not merely equal NaNs
 }
 
-// Decode's software prefetch of the rows ahead (DecodePrefetchBytes) changes no bit, up to past the matrix's end.
+// Decode's software prefetch, within rows (DecodePrefetchBytes) and of the rows ahead (RowPrefetchBytes), changes
+// no bit, up to past the matrix's end.
 TEST_P(MatMulTest, DecodePrefetchChangesNoBit) {
   const DType type = std::get<0>(GetParam());
   const Problem& p = GetProblem(type, 300, LargeCols(type), 1, 0, 78);
-  const size_t saved = DecodePrefetchBytes();
+  const size_t saved_decode = DecodePrefetchBytes();
+  const size_t saved_row = RowPrefetchBytes();
   SetDecodePrefetchBytes(0);
+  SetRowPrefetchBytes(0);
   const std::vector<float> plain = RunMatMul(p.w.m, p.x, 1);
-  for (size_t ahead : {size_t{64}, size_t{4096}, size_t{1} << 20}) {
-    SetDecodePrefetchBytes(ahead);
-    const std::vector<float> fetched = RunMatMul(p.w.m, p.x, 1);
-    ASSERT_EQ(std::memcmp(plain.data(), fetched.data(), plain.size() * sizeof(float)), 0) << "ahead=" << ahead;
+  for (void (*set)(size_t) : {&SetDecodePrefetchBytes, &SetRowPrefetchBytes}) {
+    for (size_t ahead : {size_t{64}, size_t{4096}, size_t{1} << 20}) {
+      set(ahead);
+      const std::vector<float> fetched = RunMatMul(p.w.m, p.x, 1);
+      ASSERT_EQ(std::memcmp(plain.data(), fetched.data(), plain.size() * sizeof(float)), 0) << "ahead=" << ahead;
+    }
+    set(0);
   }
-  SetDecodePrefetchBytes(saved);
+  SetDecodePrefetchBytes(saved_decode);
+  SetRowPrefetchBytes(saved_row);
   EXPECT_LT(Nmse(plain, p.ref), kTol.at(type));
 }
 
