@@ -236,46 +236,90 @@ MeasureOptions GemvFigure(const Sizes& sz, std::string what) {
 
 }  // namespace
 
-absl::StatusOr<KernelSettings> MeasureKernelSettings(const CalibrateOptions& opts) {
-  if (opts.n_threads > 0) omp_set_num_threads(opts.n_threads);
-  Sizes sz = SizesFor(false);  // weights beyond the caches, or the prefetch is not what is measured
-  sz.min_seconds = opts.quick ? 0.02 : 0.05;
-  const int rounds = opts.quick ? 3 : 7;
-  const DType type = DType::kQ4_K;  // the most common type of decode's bytes (Q4_K_M files)
-  TANDEM_ASSIGN_OR_RETURN(const GemvMatrix m, MakeGemvMatrix(sz, type, ResolveRepack(opts.repack)));
-  const std::vector<float> x = Random(static_cast<size_t>(sz.cols), 29);
-  std::vector<float> y(static_cast<size_t>(m.gemv.rows));
-  HostBuf scratch = HostAlloc(cpu::MatMulScratchBytes(type, sz.cols, 1));
-  const size_t before = cpu::DecodePrefetchBytes();
+namespace {
+
+struct Distance {
+  int64_t bytes = 0;
+  double gain = 1;  // its GB/s over none
+};
+
+// The prefetch distance a one-token product reads fastest with, set through `set`: round after round, every
+// candidate once, so that all of them meet the host's swings alike. No prefetch unless a distance is clearly and
+// steadily faster: by 5 % in the median, and in at least two rounds of three against no prefetch in the same round
+// (a host's swings make single rounds differ by more than that).
+Distance FastestDistance(const Sizes& sz, int rounds, void (*set)(size_t), const std::function<void()>& product,
+                         size_t bytes) {
   constexpr size_t kCandidates[] = {0, 2048, 4096};
   std::vector<double> gbps[std::size(kCandidates)];
-  // Round after round, every candidate once, so that all of them meet the host's swings alike.
   for (int r = 0; r < rounds; ++r) {
     for (size_t c = 0; c < std::size(kCandidates); ++c) {
-      cpu::SetDecodePrefetchBytes(kCandidates[c]);
-      const double t = TimeIt(sz, [&] { cpu::MatMul(m.gemv, x.data(), 1, y.data(), scratch.get()); });
-      gbps[c].push_back(static_cast<double>(m.gguf_bytes) / t / 1e9);
+      set(kCandidates[c]);
+      gbps[c].push_back(static_cast<double>(bytes) / TimeIt(sz, product) / 1e9);
     }
   }
-  cpu::SetDecodePrefetchBytes(before);
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
   };
-  // No prefetch unless a distance is clearly and steadily faster: by 5 % in the median, and in at least two rounds of
-  // three against no prefetch in the same round (a host's swings make single rounds differ by more than that).
-  KernelSettings k{.decode_prefetch_bytes = 0, .decode_prefetch_gain = 1};
+  Distance best;
   const double none = median(gbps[0]);
   for (size_t c = 1; c < std::size(kCandidates); ++c) {
     const double gain = median(gbps[c]) / none;
     int won = 0;
     for (int r = 0; r < rounds; ++r) won += gbps[c][r] > gbps[0][r] ? 1 : 0;
-    if (gain > 1.05 && 3 * won >= 2 * rounds && gain > k.decode_prefetch_gain) {
-      k.decode_prefetch_bytes = static_cast<int64_t>(kCandidates[c]);
-      k.decode_prefetch_gain = gain;
-    }
+    if (gain > 1.05 && 3 * won >= 2 * rounds && gain > best.gain) best = {static_cast<int64_t>(kCandidates[c]), gain};
+  }
+  return best;
+}
+
+}  // namespace
+
+absl::StatusOr<KernelSettings> MeasureKernelSettings(const CalibrateOptions& opts) {
+  if (opts.n_threads > 0) omp_set_num_threads(opts.n_threads);
+  Sizes sz = SizesFor(false);  // weights beyond the caches, or the prefetch is not what is measured
+  sz.min_seconds = opts.quick ? 0.02 : 0.05;
+  const int rounds = opts.quick ? 3 : 7;
+  const bool repack = ResolveRepack(opts.repack);
+  const std::vector<float> x = Random(static_cast<size_t>(sz.cols), 29);
+  KernelSettings k;
+  {  // within rows: Q4_K, the most common type of decode's bytes (Q4_K_M files)
+    TANDEM_ASSIGN_OR_RETURN(const GemvMatrix m, MakeGemvMatrix(sz, DType::kQ4_K, repack));
+    std::vector<float> y(static_cast<size_t>(m.gemv.rows));
+    HostBuf scratch = HostAlloc(cpu::MatMulScratchBytes(DType::kQ4_K, sz.cols, 1));
+    const size_t before = cpu::DecodePrefetchBytes();
+    const Distance d = FastestDistance(
+        sz, rounds, &cpu::SetDecodePrefetchBytes,
+        [&] { cpu::MatMul(m.gemv, x.data(), 1, y.data(), scratch.get()); }, m.gguf_bytes);
+    cpu::SetDecodePrefetchBytes(before);
+    k.decode_prefetch_bytes = d.bytes;
+    k.decode_prefetch_gain = d.gain;
+  }
+  {  // rows ahead: the float types (BF16, F16), the Q4_K matrix freed first; one product of each per timing
+    TANDEM_ASSIGN_OR_RETURN(const GemvMatrix bf16, MakeGemvMatrix(sz, DType::kBF16, repack));
+    TANDEM_ASSIGN_OR_RETURN(const GemvMatrix f16, MakeGemvMatrix(sz, DType::kF16, repack));
+    std::vector<float> y(static_cast<size_t>(std::max(bf16.gemv.rows, f16.gemv.rows)));
+    HostBuf scratch = HostAlloc(std::max(cpu::MatMulScratchBytes(DType::kBF16, sz.cols, 1),
+                                         cpu::MatMulScratchBytes(DType::kF16, sz.cols, 1)));
+    const size_t before = cpu::RowPrefetchBytes();
+    const Distance d = FastestDistance(
+        sz, rounds, &cpu::SetRowPrefetchBytes,
+        [&] {
+          cpu::MatMul(bf16.gemv, x.data(), 1, y.data(), scratch.get());
+          cpu::MatMul(f16.gemv, x.data(), 1, y.data(), scratch.get());
+        },
+        bf16.gguf_bytes + f16.gguf_bytes);
+    cpu::SetRowPrefetchBytes(before);
+    k.row_prefetch_bytes = d.bytes;
+    k.row_prefetch_gain = d.gain;
   }
   return k;
+}
+
+void SetKernelSettings(const KernelSettings& k, MachineProfile* p) {
+  p->cpu_decode_prefetch_bytes = k.decode_prefetch_bytes;
+  p->cpu_decode_prefetch_gain = k.decode_prefetch_gain;
+  p->cpu_row_prefetch_bytes = k.row_prefetch_bytes;
+  p->cpu_row_prefetch_gain = k.row_prefetch_gain;
 }
 
 absl::StatusOr<MachineProfile> CalibrateCpu(const CalibrateOptions& opts) {
@@ -295,8 +339,7 @@ absl::StatusOr<MachineProfile> CalibrateCpu(const CalibrateOptions& opts) {
 
   // Kernel settings first, so that the rates below are those of the kernels as they will run.
   TANDEM_ASSIGN_OR_RETURN(const KernelSettings k, MeasureKernelSettings(opts));
-  p.cpu_decode_prefetch_bytes = k.decode_prefetch_bytes;
-  p.cpu_decode_prefetch_gain = k.decode_prefetch_gain;
+  SetKernelSettings(k, &p);
   ApplyKernelSettings(p);
 
   // The GEMMs' bound: every core the threads run on at the measured clock, at the ISA's widest rate.
@@ -577,7 +620,7 @@ absl::StatusOr<MachineProfile> CachedCpuProfile(const CalibrateOptions& opts, bo
 }
 
 bool KernelSettingsMissing(const MachineProfile& p) {
-  return p.cpu_decode_prefetch_bytes < 0 || !(p.host == ThisHost());
+  return p.cpu_decode_prefetch_bytes < 0 || p.cpu_row_prefetch_bytes < 0 || !(p.host == ThisHost());
 }
 
 absl::StatusOr<MachineProfile> EnsureKernelSettings(const CalibrateOptions& opts, std::vector<std::string>* notes) {
@@ -590,7 +633,8 @@ absl::StatusOr<MachineProfile> EnsureKernelSettings(const CalibrateOptions& opts
   TANDEM_ASSIGN_OR_RETURN(const KernelSettings k, MeasureKernelSettings(opts));
   if (notes != nullptr) {
     notes->push_back(Cat("measured this CPU's kernel settings once (decode prefetch ", k.decode_prefetch_bytes,
-                         " bytes, ", k.decode_prefetch_gain, "x), kept in ", path));
+                         " bytes, ", k.decode_prefetch_gain, "x; row prefetch ", k.row_prefetch_bytes, " bytes, ",
+                         k.row_prefetch_gain, "x), kept in ", path));
   }
   // Kept in the cached profile: added to one measured here, or as a profile of settings alone.
   MachineProfile p = cached.ok() && cached->host == ThisHost() ? *cached : DefaultProfile(false);
@@ -600,8 +644,7 @@ absl::StatusOr<MachineProfile> EnsureKernelSettings(const CalibrateOptions& opts
     p.host = ThisHost();
     p.measured_at = UtcNowIso8601();
   }
-  p.cpu_decode_prefetch_bytes = k.decode_prefetch_bytes;
-  p.cpu_decode_prefetch_gain = k.decode_prefetch_gain;
+  SetKernelSettings(k, &p);
   (void)SaveProfile(path, p);
   ApplyKernelSettings(p);
   return p;

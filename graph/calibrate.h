@@ -32,9 +32,14 @@ absl::StatusOr<MachineProfile> CalibrateCpu(const CalibrateOptions& opts);
 struct KernelSettings {
   int64_t decode_prefetch_bytes = 0;  // one-token kernels' software prefetch distance (cpu_backend/kernels.h)
   double decode_prefetch_gain = 1;    // its GB/s over none
+  int64_t row_prefetch_bytes = 0;     // the float GEMVs' prefetch of the rows ahead (cpu_backend/kernels.h)
+  double row_prefetch_gain = 1;       // its GB/s over none
 };
-// About a second (quick: less): the Q4_K one-token product with each candidate distance, round after round.
+// A few seconds (quick: less): the Q4_K one-token product with each candidate decode prefetch, then BF16 and F16
+// ones with each candidate row prefetch, round after round.
 absl::StatusOr<KernelSettings> MeasureKernelSettings(const CalibrateOptions& opts);
+// Writes k into the profile's kernel-setting fields.
+void SetKernelSettings(const KernelSettings& k, MachineProfile* p);
 
 // Fills the GPU-side fields of *p by timing `dev` (which must not be host memory): H2D rate, GEMV GB/s,
 // GEMM GFLOP/s, launch and sync overheads; sets has_gpu and gpu_capacity_bytes.

@@ -103,6 +103,8 @@ absl::StatusOr<DeviceSetup> SetupDevice(std::string_view spec, const DeviceSetup
     if (!why.empty() && cached.ok() && !KernelSettingsMissing(*cached)) {  // a first run's settings, say
       cpu.cpu_decode_prefetch_bytes = cached->cpu_decode_prefetch_bytes;
       cpu.cpu_decode_prefetch_gain = cached->cpu_decode_prefetch_gain;
+      cpu.cpu_row_prefetch_bytes = cached->cpu_row_prefetch_bytes;
+      cpu.cpu_row_prefetch_gain = cached->cpu_row_prefetch_gain;
       cpu.host = cached->host;
     }
     // With no GPU every unit runs on the CPU whatever the rates say: only a plan for a device needs to know.

@@ -8,6 +8,8 @@
 #include <memory>
 #include <optional>
 #include <sstream>
+#include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -158,8 +160,12 @@ void ApplyKernelSettings(const MachineProfile& p) {
   std::vector<cpu::OneDnnQuantSetting> quant;
   for (const auto& [type, min_tokens] : p.cpu_onednn_quant_min_tokens) quant.push_back({type, min_tokens});
   cpu::SetOneDnnQuantMinTokens(quant);  // TANDEM_ONEDNN_QUANT, where set, wins
-  if (p.cpu_decode_prefetch_bytes < 0 || std::getenv("TANDEM_DECODE_PREFETCH") != nullptr) return;
-  cpu::SetDecodePrefetchBytes(static_cast<size_t>(p.cpu_decode_prefetch_bytes));
+  if (p.cpu_decode_prefetch_bytes >= 0 && std::getenv("TANDEM_DECODE_PREFETCH") == nullptr) {
+    cpu::SetDecodePrefetchBytes(static_cast<size_t>(p.cpu_decode_prefetch_bytes));
+  }
+  if (p.cpu_row_prefetch_bytes >= 0 && std::getenv("TANDEM_ROW_PREFETCH") == nullptr) {
+    cpu::SetRowPrefetchBytes(static_cast<size_t>(p.cpu_row_prefetch_bytes));
+  }
 }
 
 double MachineProfile::CpuGemvGbps(DType t) const { return RateFor(cpu_gemv_gbps, t, 10.0); }
@@ -187,6 +193,8 @@ std::string ProfileToJson(const MachineProfile& p) {
   j["gpu_description"] = p.gpu_description;
   j["cpu_decode_prefetch_bytes"] = p.cpu_decode_prefetch_bytes;
   j["cpu_decode_prefetch_gain"] = p.cpu_decode_prefetch_gain;
+  j["cpu_row_prefetch_bytes"] = p.cpu_row_prefetch_bytes;
+  j["cpu_row_prefetch_gain"] = p.cpu_row_prefetch_gain;
   j["cpu_onednn_quant_min_tokens"] = json::object();
   for (const auto& [type, n] : p.cpu_onednn_quant_min_tokens) {
     j["cpu_onednn_quant_min_tokens"][std::string(DTypeName(type))] = n;
@@ -250,14 +258,19 @@ absl::StatusOr<MachineProfile> ProfileFromJson(const std::string& text) {
     *out = j[key].get<std::string>();
   }
   if (j.contains("host")) TANDEM_RETURN_IF_ERROR(HostFromJson(j["host"], &p.host));
-  if (j.contains("cpu_decode_prefetch_bytes")) {
-    const json& v = j["cpu_decode_prefetch_bytes"];
-    if (!v.is_number_integer() || v.get<int64_t>() < -1 || v.get<int64_t>() > (int64_t{1} << 20)) {
-      return InvalidArgument("profile: 'cpu_decode_prefetch_bytes' must be an integer in -1..1048576");
+  for (auto [key, bytes, gain] : {std::tuple{"cpu_decode_prefetch", &p.cpu_decode_prefetch_bytes,
+                                              &p.cpu_decode_prefetch_gain},
+                                   std::tuple{"cpu_row_prefetch", &p.cpu_row_prefetch_bytes, &p.cpu_row_prefetch_gain}}) {
+    const std::string bytes_key = Cat(key, "_bytes");
+    if (j.contains(bytes_key)) {
+      const json& v = j[bytes_key];
+      if (!v.is_number_integer() || v.get<int64_t>() < -1 || v.get<int64_t>() > (int64_t{1} << 20)) {
+        return InvalidArgument("profile: '", bytes_key, "' must be an integer in -1..1048576");
+      }
+      *bytes = v.get<int64_t>();
     }
-    p.cpu_decode_prefetch_bytes = v.get<int64_t>();
+    TANDEM_RETURN_IF_ERROR(ReadNumber(j, Cat(key, "_gain").c_str(), true, gain));
   }
-  TANDEM_RETURN_IF_ERROR(ReadNumber(j, "cpu_decode_prefetch_gain", true, &p.cpu_decode_prefetch_gain));
   TANDEM_RETURN_IF_ERROR(QuantMinTokensFromJson(j, "cpu_onednn_quant_min_tokens", &p.cpu_onednn_quant_min_tokens));
   TANDEM_RETURN_IF_ERROR(ReadNumber(j, "cpu_clock_ghz", false, &p.cpu_clock_ghz));
   TANDEM_RETURN_IF_ERROR(ReadNumber(j, "others_cpu_share", false, &p.others_cpu_share));

@@ -44,6 +44,8 @@ struct MachineProfile {
   int64_t cpu_decode_prefetch_bytes = -1;  // one-token kernels' prefetch distance; -1: not measured (the ISA's
                                            // vendor default stands)
   double cpu_decode_prefetch_gain = 1;     // its decode GB/s over no prefetch, as measured
+  int64_t cpu_row_prefetch_bytes = -1;     // the float GEMVs' prefetch of the rows ahead; -1: not measured
+  double cpu_row_prefetch_gain = 1;        // its GB/s over no prefetch, as measured
   // Quantized types whose prefill measured faster through oneDNN's bf16 matmul on AMX, and the smallest batch it
   // did (full calibrations only; cpu_backend/onednn_matmul.h, OneDnnQuantMinTokens). Empty: MatMul's kernels.
   std::map<DType, int64_t> cpu_onednn_quant_min_tokens;

@@ -76,6 +76,10 @@ void PrintProfile(const MachineProfile& p) {
     std::printf("  decode prefetch %lld bytes (%.2fx the GB/s of none)\n",
                 static_cast<long long>(p.cpu_decode_prefetch_bytes), p.cpu_decode_prefetch_gain);
   }
+  if (p.cpu_row_prefetch_bytes >= 0) {
+    std::printf("  float GEMV row prefetch %lld bytes (%.2fx the GB/s of none)\n",
+                static_cast<long long>(p.cpu_row_prefetch_bytes), p.cpu_row_prefetch_gain);
+  }
   if (!p.cpu_onednn_quant_min_tokens.empty()) {
     std::string routes;
     for (const auto& [type, n] : p.cpu_onednn_quant_min_tokens) {

@@ -122,6 +122,7 @@ class ProfileCache : public ::testing::Test {
     p.cpu_gemv_gbps = {{DType::kQ4_0, q4_0_gbps}};
     p.cpu_gemv_spread = {{DType::kQ4_0, 0.07}};
     p.cpu_decode_prefetch_bytes = 4096;
+    p.cpu_row_prefetch_bytes = 2048;
     p.cpu_onednn_quant_min_tokens = {{DType::kQ4_K, 256}};
     p.measured_at = "2026-12-01T12:00:00Z";
     return p;
@@ -151,9 +152,18 @@ TEST_F(ProfileCache, RecordsItsHostSpreadDateAndSettings) {
   EXPECT_EQ(back.measured_at, p.measured_at);
   EXPECT_DOUBLE_EQ(back.cpu_gemv_spread.at(DType::kQ4_0), 0.07);
   EXPECT_EQ(back.cpu_decode_prefetch_bytes, 4096);
+  EXPECT_EQ(back.cpu_row_prefetch_bytes, 2048);
   EXPECT_FALSE(ProfileFromJson(R"({"kind": "fast"})").ok());
   EXPECT_FALSE(ProfileFromJson(R"({"host": {"cores": -1}})").ok());
   EXPECT_FALSE(ProfileFromJson(R"({"cpu_decode_prefetch_bytes": -7})").ok());
+  EXPECT_FALSE(ProfileFromJson(R"({"cpu_row_prefetch_bytes": 2097152})").ok());
+  EXPECT_FALSE(ProfileFromJson(R"({"cpu_row_prefetch_gain": 0})").ok());
+  // A profile from before the row prefetch was measured lacks it, and its settings are measured again.
+  EXPECT_FALSE(KernelSettingsMissing(back));
+  EXPECT_EQ(ProfileFromJson("{}").value().cpu_row_prefetch_bytes, -1);
+  MachineProfile older = p;
+  older.cpu_row_prefetch_bytes = -1;
+  EXPECT_TRUE(KernelSettingsMissing(ProfileFromJson(ProfileToJson(older)).value()));
   EXPECT_EQ(back.cpu_onednn_quant_min_tokens, p.cpu_onednn_quant_min_tokens);
   for (const char* bad : {R"({"cpu_onednn_quant_min_tokens": ["Q4_K"]})",
                           R"({"cpu_onednn_quant_min_tokens": {"F16": 256}})",
@@ -207,7 +217,9 @@ TEST_F(ProfileCache, PlanningForADeviceRemeasuresAForeignProfileAndSaysSo) {
 // A first run without a profile measures the kernel settings once, keeps them, and the kernels use them; a later
 // setup finds them in the cache.
 TEST_F(ProfileCache, AFirstRunMeasuresTheKernelSettingsOnceAndAppliesThem) {
-  if (std::getenv("TANDEM_DECODE_PREFETCH") != nullptr) GTEST_SKIP() << "the environment sets the prefetch";
+  if (std::getenv("TANDEM_DECODE_PREFETCH") != nullptr || std::getenv("TANDEM_ROW_PREFETCH") != nullptr) {
+    GTEST_SKIP() << "the environment sets the prefetch";
+  }
   const absl::StatusOr<DeviceSetup> none = SetupDevice("none", DeviceSetupOptions{.n_threads = 2});
   ASSERT_TRUE(none.ok()) << none.status();
   EXPECT_TRUE(KernelSettingsMissing(none->profile));
@@ -220,13 +232,17 @@ TEST_F(ProfileCache, AFirstRunMeasuresTheKernelSettingsOnceAndAppliesThem) {
   EXPECT_TRUE(kept.host == ThisHost());
   ASSERT_GE(kept.cpu_decode_prefetch_bytes, 0);
   EXPECT_EQ(cpu::DecodePrefetchBytes(), static_cast<size_t>(kept.cpu_decode_prefetch_bytes));
+  ASSERT_GE(kept.cpu_row_prefetch_bytes, 0);
+  EXPECT_EQ(cpu::RowPrefetchBytes(), static_cast<size_t>(kept.cpu_row_prefetch_bytes));
 
   cpu::SetDecodePrefetchBytes(12345);
+  cpu::SetRowPrefetchBytes(12345);
   const absl::StatusOr<DeviceSetup> later = SetupDevice("none", DeviceSetupOptions{.n_threads = 2});
   ASSERT_TRUE(later.ok()) << later.status();
   EXPECT_TRUE(later->notes.empty());
   EXPECT_FALSE(KernelSettingsMissing(later->profile));
   EXPECT_EQ(cpu::DecodePrefetchBytes(), static_cast<size_t>(kept.cpu_decode_prefetch_bytes));
+  EXPECT_EQ(cpu::RowPrefetchBytes(), static_cast<size_t>(kept.cpu_row_prefetch_bytes));
 }
 
 }  // namespace
